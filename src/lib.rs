@@ -1,0 +1,3 @@
+//! Hearth core: engine, scheduler, API, privacy, bench, metrics.
+
+pub mod engine;
