@@ -1,5 +1,324 @@
+//! The `hearth` command line: generate, list and convert models, dev tools.
+
+use std::{
+    io::Write,
+    ops::ControlFlow,
+    path::PathBuf,
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use hearth::{
+    engine::{
+        sampling::SamplingParams, Engine, EngineOptions, GenerateRequest, GenerationEvent,
+    },
+    home,
+    tools::{convert, dummy},
+};
+use hearth_models::tokenizer::ChatTemplateOptions;
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "Local LLM engine and server on MLX")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt and report prefill/decode speed.
+    Generate(GenerateArgs),
+    /// List the models in $HEARTH_HOME/models.
+    Models {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert a GGUF file into an MLX model folder (quantization kept as is).
+    Convert {
+        /// GGUF file (path or name in the models directory).
+        #[arg(long)]
+        model: String,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Developer tools.
+    #[command(subcommand)]
+    Dev(DevCommand),
+}
+
+#[derive(Subcommand)]
+enum DevCommand {
+    /// Write a checkpoint with seeded random weights at real shapes.
+    DummyModel {
+        /// Architecture: llama, qwen2, qwen3.
+        #[arg(long)]
+        arch: String,
+        /// Preset (tiny, qwen3-0.6b, qwen3-8b, smollm2-135m, ...) with optional
+        /// `,key=value` overrides (hidden, layers, heads, kv_heads, head_dim, ffn, vocab).
+        #[arg(long, default_value = "tiny")]
+        shape: String,
+        /// tokenizer.json to ship with the model (its tokenizer_config.json is copied too).
+        #[arg(long)]
+        tokenizer: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// f32, f16 or bf16.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Model path or name in $HEARTH_HOME/models (default: the default model).
+    #[arg(long, env = "HEARTH_MODEL")]
+    model: Option<String>,
+    /// Prompt text.
+    #[arg(long, conflicts_with = "prompt_file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// Prompt as comma-separated token ids (benchmarks, tests).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "prompt_file", "chat"])]
+    prompt_ids: Vec<u32>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// System message (with --chat).
+    #[arg(long)]
+    system: Option<String>,
+    /// Qwen3-style thinking switch for the chat template (true/false).
+    #[arg(long)]
+    enable_thinking: Option<bool>,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (benchmarks).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Most prompt tokens per prefill step.
+    #[arg(long, default_value_t = 512)]
+    prefill_chunk: usize,
+    /// Print one JSON object (text, token ids, stats) instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
-    let a = mlx_rs::Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
-    let b = mlx_rs::ops::sum(&a, None).unwrap();
-    println!("{b:?}");
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::Models { json } => list_models(json),
+        Command::Convert { model, out } => {
+            let path = home::resolve_model(Some(&model))?;
+            let summary = convert::convert_gguf(&path, &out)?;
+            eprintln!(
+                "wrote {} ({} tensors, {} quantized layers{})",
+                out.display(),
+                summary.tensors,
+                summary.quantized_layers,
+                summary
+                    .quantization
+                    .map(|q| format!(", {}-bit group {}", q.bits, q.group_size))
+                    .unwrap_or_default()
+            );
+            Ok(())
+        }
+        Command::Dev(DevCommand::DummyModel {
+            arch,
+            shape,
+            tokenizer,
+            out,
+            dtype,
+            seed,
+        }) => {
+            let spec = dummy::DummySpec {
+                arch,
+                shape: dummy::DummyShape::parse(&shape)?,
+                tokenizer,
+                dtype: dummy::parse_dtype(&dtype)?,
+                seed,
+            };
+            let params = dummy::write_dummy_model(&spec, &out)?;
+            eprintln!(
+                "wrote {} ({:.1}M parameters)",
+                out.display(),
+                params as f64 / 1e6
+            );
+            Ok(())
+        }
+    }
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    let path = home::resolve_model(args.model.as_deref())?;
+    let load_started = Instant::now();
+    let loaded = hearth_models::load(&path)?;
+    let load_time = load_started.elapsed();
+    let engine = Engine::new(
+        loaded,
+        EngineOptions {
+            prefill_chunk: args.prefill_chunk,
+        },
+    );
+
+    let tokenizer = &engine.model.tokenizer;
+    let prompt = match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading {}", f.display()))?,
+        (None, None) if !args.prompt_ids.is_empty() => String::new(),
+        (None, None) => bail!("give --prompt, --prompt-file or --prompt-ids"),
+    };
+    let tokens = if !args.prompt_ids.is_empty() {
+        args.prompt_ids.clone()
+    } else if args.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(serde_json::json!({"role": "system", "content": system}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": prompt}));
+        let text = tokenizer.apply_chat_template(
+            &messages,
+            &ChatTemplateOptions {
+                add_generation_prompt: true,
+                enable_thinking: args.enable_thinking,
+                ..Default::default()
+            },
+        )?;
+        // The template already holds any BOS token.
+        tokenizer.encode(&text, false)?
+    } else {
+        tokenizer.encode(&prompt, true)?
+    };
+
+    let mut request = GenerateRequest::new(tokens, args.max_tokens);
+    request.stop = args.stop.clone();
+    request.stop_at_eos = !args.ignore_eos;
+    request.sampling = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        repetition_penalty: args.repetition_penalty,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        seed: args.seed,
+        ..SamplingParams::default()
+    };
+
+    let mut text = String::new();
+    let mut ids = Vec::new();
+    let stdout = std::io::stdout();
+    let stats = engine.generate(&request, |event| {
+        let piece = match &event {
+            GenerationEvent::Token { sampled, text } => {
+                ids.push(sampled.token);
+                text
+            }
+            GenerationEvent::Finished { text, .. } => text,
+        };
+        text.push_str(piece);
+        if !args.json {
+            let mut out = stdout.lock();
+            // A closed stdout (e.g. `| head`) cancels generation.
+            if out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_err() {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+
+    if args.json {
+        let report = serde_json::json!({
+            "model": path,
+            "text": text,
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.completion_tokens,
+            "token_ids": ids,
+            "finish_reason": stats.finish_reason.as_str(),
+            "load_seconds": load_time.as_secs_f64(),
+            "prefill_seconds": stats.prefill_time.as_secs_f64(),
+            "decode_seconds": stats.decode_time.as_secs_f64(),
+            "prefill_tokens_per_second": stats.prefill_tokens_per_second(),
+            "decode_tokens_per_second": stats.decode_tokens_per_second(),
+            "peak_memory_bytes": stats.peak_memory_bytes,
+        });
+        println!("{report}");
+    } else {
+        println!();
+        eprintln!(
+            "prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | \
+             peak memory: {:.1} MB | finish: {}",
+            stats.prompt_tokens,
+            stats.prefill_tokens_per_second(),
+            stats.completion_tokens,
+            stats.decode_tokens_per_second(),
+            stats.peak_memory_bytes as f64 / 1e6,
+            stats.finish_reason.as_str(),
+        );
+    }
+    Ok(())
+}
+
+fn list_models(json: bool) -> Result<()> {
+    let dir = home::models_dir();
+    let models = home::list_models(&dir);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&models)?);
+        return Ok(());
+    }
+    if models.is_empty() {
+        println!("no models in {} (run the set-up script)", dir.display());
+        return Ok(());
+    }
+    println!("{:<40} {:<6} {:<8} {:<20} {:>10}", "NAME", "FORMAT", "ARCH", "QUANT", "SIZE");
+    for m in models {
+        println!(
+            "{:<40} {:<6} {:<8} {:<20} {:>8.1}MB",
+            m.name,
+            m.format,
+            m.architecture,
+            m.quantization,
+            m.size_bytes as f64 / 1e6
+        );
+    }
+    Ok(())
 }

@@ -2,11 +2,114 @@
 //!
 //! A model folder (Hugging Face / MLX layout: `config.json`, safetensors,
 //! tokenizer files) or a single GGUF file is turned into a [`LoadedModel`]:
-//! a [`Model`](model::Model) that runs forward passes over a per-sequence
-//! [`KvCache`](cache::KvCache), plus the [`Tokenizer`](tokenizer::Tokenizer)
-//! and chat template that go with it.
+//! a [`Model`] that runs forward passes over per-sequence
+//! [`KvCache`]s, plus the [`Tokenizer`] (with its chat template).
+//!
+//! Architectures live one per file (`llama`, `qwen2`, `qwen3`) and share the
+//! layers in [`layers`]; [`load`] picks one by `model_type`.
 
+pub mod cache;
 pub mod chat_template;
+pub mod config;
 pub mod detokenizer;
+pub mod error;
 pub mod gguf;
+pub mod layers;
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
 pub mod tokenizer;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+pub use cache::KvCache;
+pub use config::ModelConfig;
+pub use error::{ModelError, Result};
+pub use layers::AttentionMask;
+pub use llama::Model;
+pub use tokenizer::Tokenizer;
+pub use weights::Weights;
+
+/// What a model was loaded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    /// A Hugging Face / MLX folder with safetensors.
+    Folder,
+    /// A single GGUF file.
+    Gguf,
+}
+
+/// A model ready to run, with its tokenizer.
+#[derive(Debug)]
+pub struct LoadedModel {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub path: PathBuf,
+    pub format: ModelFormat,
+}
+
+impl LoadedModel {
+    pub fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+
+    /// End-of-sequence ids: the model config's and the tokenizer's.
+    pub fn eos_token_ids(&self) -> Vec<u32> {
+        let mut ids = self.model.config.eos_token_ids.clone();
+        for &id in self.tokenizer.eos_token_ids() {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+}
+
+/// Loads the config, weights and tokenizer at `path` (folder or `.gguf`).
+pub fn load(path: &Path) -> Result<LoadedModel> {
+    let (config, mut weights, tokenizer, format) = if is_gguf(path) {
+        let meta = gguf::GgufMetadata::read(path)?;
+        let config = ModelConfig::from_gguf(&meta, path)?;
+        let tokenizer = Tokenizer::from_gguf(&meta, path)?;
+        let weights = Weights::from_gguf(path, &config)?;
+        (config, weights, tokenizer, ModelFormat::Gguf)
+    } else if path.is_dir() {
+        let config = ModelConfig::from_dir(path)?;
+        let tokenizer = Tokenizer::from_dir(path)?;
+        let weights = Weights::from_dir(path, &config)?;
+        (config, weights, tokenizer, ModelFormat::Folder)
+    } else {
+        return Err(ModelError::io(
+            path,
+            "not a model: expected a folder with config.json or a .gguf file",
+        ));
+    };
+    let model = build(config, &mut weights)?;
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        path: path.to_path_buf(),
+        format,
+    })
+}
+
+/// Builds the architecture named by `config.model_type` from `weights`.
+pub fn build(config: ModelConfig, weights: &mut Weights) -> Result<Model> {
+    match config.model_type.as_str() {
+        "llama" => llama::load(config, weights),
+        "qwen2" => qwen2::load(config, weights),
+        "qwen3" => qwen3::load(config, weights),
+        other => Err(ModelError::UnknownArchitecture {
+            path: weights.source().to_path_buf(),
+            arch: other.to_string(),
+            supported: config::SUPPORTED_ARCHITECTURES.join(", "),
+        }),
+    }
+}
+
+/// True for paths ending in `.gguf` (case-insensitive).
+pub fn is_gguf(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}

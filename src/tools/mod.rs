@@ -1,0 +1,4 @@
+//! Model tools behind `hearth convert` and `hearth dev`.
+
+pub mod convert;
+pub mod dummy;
