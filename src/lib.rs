@@ -1,9 +1,13 @@
-//! Hearth core: the inference engine and the tools around it.
+//! Hearth core: engine, scheduler, HTTP API, benchmark harness and tools.
 //!
-//! Request flow (see docs/architecture.md): a validated job goes to the
-//! engine, which owns MLX; the engine streams tokens back as events. The CLI
-//! (`src/main.rs`) and, later, the HTTP server are callers of this library.
+//! Request flow (docs/architecture.md): the API validates a request and turns
+//! it into a [`scheduler::Job`]; the scheduler's engine thread (the only
+//! owner of MLX) batches it with the others and streams token ids back; the
+//! API turns them into text ([`engine::text::TextStream`]) and SSE/JSON.
+//! The CLI (`src/main.rs`), the menu-bar app and the web UI are callers.
 
+pub mod bench;
 pub mod engine;
 pub mod home;
+pub mod server;
 pub mod tools;

@@ -13,20 +13,19 @@
 
 pub mod sampling;
 pub mod stop;
+pub mod text;
 
 use std::{
     ops::ControlFlow,
     time::{Duration, Instant},
 };
 
-use hearth_models::{
-    detokenizer::StreamDecoder, AttentionMask, KvCache, LoadedModel, ModelError,
-};
+use hearth_models::{AttentionMask, KvCache, LoadedModel, ModelError};
 use mlx_rs::{transforms, Array};
 
 use self::{
     sampling::{Sampled, Sampler, SamplingError, SamplingParams},
-    stop::StopMatcher,
+    text::TextStream,
 };
 
 /// Tunables of the engine itself (not of a request).
@@ -246,8 +245,7 @@ impl Engine {
 
         let _ = mlx_rs::memory::reset_peak_memory();
         let mut sampler = Sampler::new(request.sampling.clone(), prompt);
-        let mut decoder = StreamDecoder::new(&self.model.tokenizer);
-        let mut stops = StopMatcher::new(&request.stop);
+        let mut text = TextStream::new(&self.model.tokenizer, &request.stop);
         let mut cache = self.model.model.new_cache();
 
         let logits = self.prefill(prompt, &mut cache)?;
@@ -257,25 +255,21 @@ impl Engine {
         let decode_started = Instant::now();
 
         let mut completion = 0usize;
-        let mut stopped_by_string;
         let finish_reason = loop {
             completion += 1;
             let token = sampled.token;
             let is_eos = request.stop_at_eos && self.eos.contains(&token);
-            let piece = if is_eos {
-                String::new()
+            let delta = if is_eos {
+                Default::default()
             } else {
-                decoder
-                    .push(token)
+                text.push(token)
                     .map_err(|e| EngineError::Tokenizer(e.to_string()))?
             };
-            let outcome = stops.push(&piece);
-            stopped_by_string = outcome.stopped.is_some();
             let flow = on_event(GenerationEvent::Token {
                 sampled: sampled.clone(),
-                text: outcome.emit,
+                text: delta.text,
             });
-            if is_eos || stopped_by_string {
+            if is_eos || delta.stopped {
                 break FinishReason::Stop;
             }
             if flow.is_break() {
@@ -290,17 +284,9 @@ impl Engine {
 
         // Text held back for a possible stop string or an unfinished
         // character is still owed to the caller, unless a stop string ended it.
-        let mut tail = String::new();
-        if !stopped_by_string {
-            let rest = decoder
-                .finish()
-                .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
-            let outcome = stops.push(&rest);
-            tail.push_str(&outcome.emit);
-            if outcome.stopped.is_none() {
-                tail.push_str(&stops.finish());
-            }
-        }
+        let tail = text
+            .finish()
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
         let stats = GenerationStats {
             prompt_tokens: prompt.len(),
             completion_tokens: completion,
