@@ -9,5 +9,6 @@
 pub mod bench;
 pub mod engine;
 pub mod home;
+pub mod scheduler;
 pub mod server;
 pub mod tools;

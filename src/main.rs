@@ -1,18 +1,11 @@
 //! The `hearth` command line: generate, list and convert models, dev tools.
 
-use std::{
-    io::Write,
-    ops::ControlFlow,
-    path::PathBuf,
-    time::Instant,
-};
+use std::{io::Write, ops::ControlFlow, path::PathBuf, time::Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use hearth::{
-    engine::{
-        sampling::SamplingParams, Engine, EngineOptions, GenerateRequest, GenerationEvent,
-    },
+    engine::{sampling::SamplingParams, Engine, EngineOptions, GenerateRequest, GenerationEvent},
     home,
     tools::{convert, dummy},
 };
@@ -43,6 +36,13 @@ enum Command {
         /// Output folder.
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Mask personal data in stdin: prints the masked text, then the entity
+    /// table on stderr (values restore from it; nothing is written to disk).
+    Anonymize {
+        /// Print one JSON object (masked text and entities) instead.
+        #[arg(long)]
+        json: bool,
     },
     /// Developer tools.
     #[command(subcommand)]
@@ -131,8 +131,7 @@ struct GenerateArgs {
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -146,6 +145,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate(args),
         Command::Models { json } => list_models(json),
+        Command::Anonymize { json } => anonymize(json),
         Command::Convert { model, out } => {
             let path = home::resolve_model(Some(&model))?;
             let summary = convert::convert_gguf(&path, &out)?;
@@ -202,8 +202,9 @@ fn generate(args: GenerateArgs) -> Result<()> {
     let tokenizer = &engine.model.tokenizer;
     let prompt = match (&args.prompt, &args.prompt_file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+        }
         (None, None) if !args.prompt_ids.is_empty() => String::new(),
         (None, None) => bail!("give --prompt, --prompt-file or --prompt-ids"),
     };
@@ -259,7 +260,11 @@ fn generate(args: GenerateArgs) -> Result<()> {
         if !args.json {
             let mut out = stdout.lock();
             // A closed stdout (e.g. `| head`) cancels generation.
-            if out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_err() {
+            if out
+                .write_all(piece.as_bytes())
+                .and_then(|_| out.flush())
+                .is_err()
+            {
                 return ControlFlow::Break(());
             }
         }
@@ -298,6 +303,34 @@ fn generate(args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+fn anonymize(json: bool) -> Result<()> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("reading stdin")?;
+    let doc = hearth_privacy::anonymize_document(&text)?;
+    if json {
+        let entities: Vec<_> = doc
+            .entities
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "placeholder": e.placeholder,
+                    "kind": e.kind,
+                    "value": e.value,
+                    "occurrences": e.occurrences,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"masked": doc.masked, "entities": entities})
+        );
+    } else {
+        print!("{}", doc.masked);
+        eprintln!("{}", doc.entity_table());
+    }
+    Ok(())
+}
+
 fn list_models(json: bool) -> Result<()> {
     let dir = home::models_dir();
     let models = home::list_models(&dir);
@@ -309,7 +342,10 @@ fn list_models(json: bool) -> Result<()> {
         println!("no models in {} (run the set-up script)", dir.display());
         return Ok(());
     }
-    println!("{:<40} {:<6} {:<8} {:<20} {:>10}", "NAME", "FORMAT", "ARCH", "QUANT", "SIZE");
+    println!(
+        "{:<40} {:<6} {:<8} {:<20} {:>10}",
+        "NAME", "FORMAT", "ARCH", "QUANT", "SIZE"
+    );
     for m in models {
         println!(
             "{:<40} {:<6} {:<8} {:<20} {:>8.1}MB",

@@ -55,16 +55,8 @@ fn hearth_logits(engine: &Engine, prompt: &[u32]) -> Array {
     let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
     let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let mut cache = engine.model.model.new_cache();
-    let logits = engine
-        .model
-        .model
-        .forward(
-            &ids,
-            &mut cache,
-            &hearth_models::AttentionMask::Causal,
-            false,
-        )
-        .unwrap();
+    let mut views = hearth_models::KvCache::views(&mut cache);
+    let logits = engine.model.model.forward(&ids, &mut views, false).unwrap();
     logits
         .reshape(&[prompt.len() as i32, -1])
         .unwrap()
@@ -77,7 +69,7 @@ fn relative_error(a: &Array, b: &Array) -> f32 {
     assert_eq!(a.shape(), b.shape(), "logit shapes differ");
     let diff = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
     let scale = b.abs().unwrap().max(None).unwrap();
-    diff.item::<f32>() / scale.item::<f32>()
+    diff.item_cast::<f32>() / scale.item_cast::<f32>()
 }
 
 fn prompt_ids(n: usize, seed: u32) -> Vec<u32> {
@@ -155,7 +147,11 @@ fn mlx_lm_quantized_models_match() {
             bits,
         ]);
         let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
-        let q = config.quantization.as_ref().and_then(|q| q.default).unwrap();
+        let q = config
+            .quantization
+            .as_ref()
+            .and_then(|q| q.default)
+            .unwrap();
         assert_eq!(q.bits.to_string(), bits);
         assert_parity(&out, &prompt_ids(19, 3), 512, true);
     }

@@ -5,11 +5,21 @@
 //! slice update; when the buffer is full it grows geometrically (by a quarter
 //! of its size, at least [`GROWTH_STEP`] positions), so a sequence of `n`
 //! tokens costs O(n) copying in total and never reallocates per token.
+//!
+//! For continuous batching, [`BatchKv`] holds one such buffer per layer with
+//! one *row* per running sequence (`[rows, kv_heads, capacity, head_dim]`).
+//! A decode step writes every row's new token at that row's own position
+//! with one scatter and attends over `[0, max position]` with a per-row mask;
+//! a prefill chunk writes one row in place. Rows never move: a sequence
+//! keeps its row for life, and rows without a decoding sequence ride along
+//! in the batch as passengers whose outputs are ignored (see
+//! docs/scheduler.md). [`CacheView`] tells a layer which of these it is
+//! doing in the current forward pass.
 
 use mlx_rs::{
     ops::{
         self,
-        indexing::{IndexOp, TryIndexMutOp},
+        indexing::{scatter_single, IndexOp, TryIndexMutOp},
     },
     Array,
 };
@@ -106,6 +116,241 @@ impl KvCache {
     }
 }
 
+/// How one forward pass uses a layer's cache.
+pub enum CacheView<'a> {
+    /// One sequence with its own [`KvCache`]; positions continue from its offset.
+    Single(&'a mut KvCache),
+    /// A batched decode step over rows `0..step.rows()`, one token each.
+    Decode {
+        kv: &'a mut BatchKv,
+        step: &'a DecodeStep,
+    },
+    /// A prompt chunk of one row, written at positions `start..start + L`.
+    Prefill {
+        kv: &'a mut BatchKv,
+        row: usize,
+        start: usize,
+        shape: BatchShape,
+    },
+}
+
+/// Where rotary positions start for the tokens of one forward pass.
+pub enum RopeOffset<'a> {
+    Scalar(usize),
+    /// One start position per batch row (`[B]` int32).
+    PerRow(&'a Array),
+}
+
+impl CacheView<'_> {
+    pub fn rope_offset(&self) -> RopeOffset<'_> {
+        match self {
+            CacheView::Single(c) => RopeOffset::Scalar(c.offset()),
+            CacheView::Decode { step, .. } => RopeOffset::PerRow(&step.offsets),
+            CacheView::Prefill { start, .. } => RopeOffset::Scalar(*start),
+        }
+    }
+
+    /// Explicit attention mask for this pass, if the view needs one
+    /// (`None`: causal for several tokens, nothing for one).
+    pub fn mask(&self) -> Option<&Array> {
+        match self {
+            CacheView::Decode { step, .. } => Some(&step.mask),
+            _ => None,
+        }
+    }
+
+    /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) and returns what
+    /// the new tokens attend to.
+    pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        match self {
+            CacheView::Single(c) => c.update_and_fetch(keys, values),
+            CacheView::Decode { kv, step } => kv.decode_update(step, keys, values),
+            CacheView::Prefill {
+                kv,
+                row,
+                start,
+                shape,
+            } => kv.prefill_update(*shape, *row, *start, keys, values),
+        }
+    }
+}
+
+impl KvCache {
+    /// Views of a per-layer cache list for one forward pass.
+    pub fn views(caches: &mut [KvCache]) -> Vec<CacheView<'_>> {
+        caches.iter_mut().map(CacheView::Single).collect()
+    }
+}
+
+/// Allocated size of every layer's [`BatchKv`]: rows × positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchShape {
+    pub rows: usize,
+    pub capacity: usize,
+}
+
+/// One decode step of a batch: which rows, each at which position.
+pub struct DecodeStep {
+    shape: BatchShape,
+    positions: Vec<usize>,
+    kv_heads: usize,
+    /// Start position per row, `[n]` int32 (RoPE offsets).
+    offsets: Array,
+    /// Attention mask `[n, 1, 1, kv_len]`: row `i` sees `0..=positions[i]`.
+    mask: Array,
+    /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
+    flat_index: Array,
+    kv_len: usize,
+}
+
+impl DecodeStep {
+    /// `positions[i]` is where row `i` writes its token (its length so far).
+    pub fn new(shape: BatchShape, kv_heads: usize, positions: Vec<usize>) -> Self {
+        let n = positions.len();
+        let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
+        debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
+        let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+        let mut mask = vec![false; n * kv_len];
+        for (i, &p) in positions.iter().enumerate() {
+            mask[i * kv_len..i * kv_len + p + 1].fill(true);
+        }
+        let mut flat = Vec::with_capacity(n * kv_heads);
+        for (i, &p) in positions.iter().enumerate() {
+            for h in 0..kv_heads {
+                flat.push(((i * kv_heads + h) * shape.capacity + p) as i32);
+            }
+        }
+        DecodeStep {
+            shape,
+            kv_heads,
+            offsets: Array::from_slice(&offsets, &[n as i32]),
+            mask: Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]),
+            flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
+            positions,
+            kv_len,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn shape(&self) -> BatchShape {
+        self.shape
+    }
+}
+
+/// One layer's KV buffers for a batch of sequences (see the module docs).
+#[derive(Debug, Default)]
+pub struct BatchKv {
+    keys: Option<Array>,
+    values: Option<Array>,
+}
+
+impl BatchKv {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+    }
+
+    pub fn arrays(&self) -> impl Iterator<Item = &Array> {
+        self.keys.iter().chain(self.values.iter())
+    }
+
+    /// Frees the buffers (all sequences gone).
+    pub fn clear(&mut self) {
+        self.keys = None;
+        self.values = None;
+    }
+
+    /// Grows (never shrinks) both buffers to `shape`, keeping their contents.
+    fn fit(&mut self, shape: BatchShape, like: &Array) -> Result<()> {
+        let (heads, dim, dtype) = (like.dim(1), like.dim(3), like.dtype());
+        let grow = |old: Option<Array>| -> Result<Array> {
+            let want = [shape.rows as i32, heads, shape.capacity as i32, dim];
+            let Some(old) = old else {
+                return Ok(ops::zeros_dtype(&want, dtype)?);
+            };
+            let (rows, cap) = (old.dim(0), old.dim(2));
+            if rows as usize == shape.rows && cap as usize == shape.capacity {
+                return Ok(old);
+            }
+            let mut grown = old;
+            if (cap as usize) < shape.capacity {
+                let pad =
+                    ops::zeros_dtype(&[rows, heads, shape.capacity as i32 - cap, dim], dtype)?;
+                grown = ops::concatenate(&[grown, pad], 2)?;
+            }
+            if (rows as usize) < shape.rows {
+                let pad = ops::zeros_dtype(
+                    &[shape.rows as i32 - rows, heads, shape.capacity as i32, dim],
+                    dtype,
+                )?;
+                grown = ops::concatenate(&[grown, pad], 0)?;
+            }
+            Ok(grown)
+        };
+        self.keys = Some(grow(self.keys.take())?);
+        self.values = Some(grow(self.values.take())?);
+        Ok(())
+    }
+
+    fn decode_update(
+        &mut self,
+        step: &DecodeStep,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<(Array, Array)> {
+        self.fit(step.shape, keys)?;
+        let n = step.rows() as i32;
+        let heads = step.kv_heads as i32;
+        let dim = keys.dim(3);
+        let BatchShape { rows, capacity } = step.shape;
+        let flat_len = (rows * step.kv_heads * capacity) as i32;
+        let write = |buf: Array, new: &Array| -> Result<Array> {
+            let flat = buf.reshape(&[flat_len, dim])?;
+            let updates = new.reshape(&[n * heads, 1, dim])?;
+            let flat = scatter_single(&flat, &step.flat_index, &updates, 0)?;
+            Ok(flat.reshape(&[rows as i32, heads, capacity as i32, dim])?)
+        };
+        let k = write(self.keys.take().expect("fit allocates"), keys)?;
+        let v = write(self.values.take().expect("fit allocates"), values)?;
+        let len = step.kv_len as i32;
+        let out = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
+        self.keys = Some(k);
+        self.values = Some(v);
+        Ok(out)
+    }
+
+    fn prefill_update(
+        &mut self,
+        shape: BatchShape,
+        row: usize,
+        start: usize,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<(Array, Array)> {
+        self.fit(shape, keys)?;
+        let (r, s, e) = (
+            row as i32,
+            start as i32,
+            (start + keys.dim(2) as usize) as i32,
+        );
+        let (Some(k), Some(v)) = (self.keys.as_mut(), self.values.as_mut()) else {
+            unreachable!("fit allocates both buffers");
+        };
+        k.try_index_mut((r..r + 1, .., s..e, ..), keys)?;
+        v.try_index_mut((r..r + 1, .., s..e, ..), values)?;
+        Ok((
+            k.index((r..r + 1, .., ..e, ..)),
+            v.index((r..r + 1, .., ..e, ..)),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +370,7 @@ mod tests {
             assert_eq!(ck.shape(), &[1, 2, total as i32, 4]);
             assert_eq!(cv.shape(), &[1, 2, total as i32, 4]);
             let expect = ops::concatenate(&all, 2).unwrap();
-            assert!(ck.array_eq(&expect, None).unwrap().item::<bool>());
+            assert!(ck.array_eq(&expect, None).unwrap().item_cast::<bool>());
             assert!(cache.capacity() >= total && cache.capacity() % GROWTH_STEP == 0);
         }
         assert_eq!(cache.offset(), total);

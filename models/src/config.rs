@@ -416,7 +416,10 @@ mod tests {
         assert_eq!(c.eos_token_ids, vec![5, 6]);
         let q = c.quantization.unwrap();
         assert_eq!(q.for_module("model.layers.1.mlp.up_proj").unwrap().bits, 4);
-        assert_eq!(q.for_module("model.layers.0.mlp.gate_proj").unwrap().bits, 8);
+        assert_eq!(
+            q.for_module("model.layers.0.mlp.gate_proj").unwrap().bits,
+            8
+        );
         assert_eq!(q.for_module("lm_head"), None);
     }
 
@@ -425,7 +428,10 @@ mod tests {
         let mut v = base();
         v["model_type"] = "mamba".into();
         let e = ModelConfig::from_json(&v, Path::new("x/config.json")).unwrap_err();
-        assert!(e.to_string().contains("unsupported architecture `mamba`"), "{e}");
+        assert!(
+            e.to_string().contains("unsupported architecture `mamba`"),
+            "{e}"
+        );
         let mut v = base();
         v["num_key_value_heads"] = 3.into();
         let e = ModelConfig::from_json(&v, Path::new("config.json")).unwrap_err();
@@ -442,7 +448,9 @@ mod tests {
         v["model_type"] = "llama".into();
         v["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 32.0});
         let c = ModelConfig::from_json(&v, Path::new("config.json")).unwrap();
-        assert!(matches!(c.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 32.0));
+        assert!(
+            matches!(c.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 32.0)
+        );
         v["rope_scaling"] = serde_json::json!({"type": "yarn", "factor": 4.0});
         assert!(ModelConfig::from_json(&v, Path::new("config.json")).is_err());
     }

@@ -13,7 +13,7 @@ use mlx_rs::{
 };
 
 use crate::{
-    cache::KvCache,
+    cache::{CacheView, RopeOffset},
     config::{ModelConfig, RopeScaling},
     error::Result,
     weights::Weights,
@@ -146,6 +146,14 @@ impl Embedding {
         }
     }
 
+    /// Dtype of the vectors this table produces (the model's activations).
+    pub fn output_dtype(&self) -> mlx_rs::Dtype {
+        match self {
+            Embedding::Dense(w) => w.dtype(),
+            Embedding::Quantized { scales, .. } => scales.dtype(),
+        }
+    }
+
     /// Uses the table as an output projection (`x E^T`).
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
         match self {
@@ -254,22 +262,35 @@ impl Rope {
         rope
     }
 
-    /// Applies RoPE to `x: [B, H, L, D]` for positions `offset..offset+L`.
-    pub fn forward(&self, x: &Array, offset: usize) -> Result<Array> {
+    /// Applies RoPE to `x: [B, H, L, D]` for positions `offset..offset+L`
+    /// (one offset for all rows, or one per row).
+    pub fn forward(&self, x: &Array, offset: &RopeOffset) -> Result<Array> {
         let base = if self.freqs.is_some() {
             None
         } else {
             Some(self.base)
         };
-        Ok(fast::rope(
-            x,
-            self.dims,
-            self.traditional,
-            base,
-            self.scale,
-            offset as i32,
-            self.freqs.as_ref(),
-        )?)
+        let freqs = self.freqs.as_ref();
+        Ok(match offset {
+            RopeOffset::Scalar(o) => fast::rope(
+                x,
+                self.dims,
+                self.traditional,
+                base,
+                self.scale,
+                *o as i32,
+                freqs,
+            )?,
+            RopeOffset::PerRow(offsets) => fast::rope_dynamic(
+                x,
+                self.dims,
+                self.traditional,
+                base,
+                self.scale,
+                *offsets,
+                freqs,
+            )?,
+        })
     }
 }
 
@@ -287,16 +308,6 @@ pub struct Attention {
     head_dim: i32,
     scale: f32,
     rope: Rope,
-}
-
-/// How positions may attend to each other in one forward call.
-pub enum AttentionMask<'a> {
-    /// Single-token decode: attend to everything cached.
-    None,
-    /// Causal over the new tokens, aligned to the end of the cache.
-    Causal,
-    /// Explicit additive or boolean mask broadcastable to `[B, H, L, S]`.
-    Array(&'a Array),
 }
 
 impl Attention {
@@ -329,8 +340,8 @@ impl Attention {
     }
 
     /// `x: [B, L, hidden]` → `[B, L, hidden]`, appending this call's keys and
-    /// values to `cache`.
-    pub fn forward(&self, x: &Array, cache: &mut KvCache, mask: &AttentionMask) -> Result<Array> {
+    /// values to the cache `view` describes.
+    pub fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let heads = |proj: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
             let mut h = proj.forward(x)?.reshape(&[b, l, n, self.head_dim])?;
@@ -343,16 +354,18 @@ impl Attention {
         let k = heads(&self.k_proj, self.n_kv_heads, self.k_norm.as_ref())?;
         let v = heads(&self.v_proj, self.n_kv_heads, None)?;
 
-        let offset = cache.offset();
-        let q = self.rope.forward(&q, offset)?;
-        let k = self.rope.forward(&k, offset)?;
+        let (q, k) = {
+            let offset = cache.rope_offset();
+            (
+                self.rope.forward(&q, &offset)?,
+                self.rope.forward(&k, &offset)?,
+            )
+        };
         let (k, v) = cache.update_and_fetch(&k, &v)?;
 
-        let out = match mask {
-            AttentionMask::None => {
-                fast::scaled_dot_product_attention(&q, &k, &v, self.scale, None, None)?
-            }
-            AttentionMask::Causal => fast::scaled_dot_product_attention(
+        let out = match cache.mask() {
+            Some(mask) => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?,
+            None if l > 1 => fast::scaled_dot_product_attention(
                 &q,
                 &k,
                 &v,
@@ -360,13 +373,11 @@ impl Attention {
                 ScaledDotProductAttentionMask::Causal,
                 None,
             )?,
-            AttentionMask::Array(m) => {
-                fast::scaled_dot_product_attention(&q, &k, &v, self.scale, *m, None)?
-            }
+            None => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, None, None)?,
         };
-        let out = out
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[b, l, self.n_heads * self.head_dim])?;
+        let out =
+            out.transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, l, self.n_heads * self.head_dim])?;
         self.o_proj.forward(&out)
     }
 

@@ -23,10 +23,9 @@ pub mod weights;
 
 use std::path::{Path, PathBuf};
 
-pub use cache::KvCache;
+pub use cache::{BatchKv, BatchShape, CacheView, DecodeStep, KvCache};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
-pub use layers::AttentionMask;
 pub use llama::Model;
 pub use tokenizer::Tokenizer;
 pub use weights::Weights;

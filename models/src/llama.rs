@@ -6,10 +6,10 @@
 use mlx_rs::Array;
 
 use crate::{
-    cache::KvCache,
+    cache::{CacheView, KvCache},
     config::ModelConfig,
     error::{ModelError, Result},
-    layers::{last_position, Attention, AttentionMask, Embedding, Linear, Mlp, RmsNorm},
+    layers::{last_position, Attention, Embedding, Linear, Mlp, RmsNorm},
     weights::Weights,
 };
 
@@ -36,12 +36,15 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut KvCache, mask: &AttentionMask) -> Result<Array> {
+    fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let h = x.add(
             self.self_attn
-                .forward(&self.input_layernorm.forward(x)?, cache, mask)?,
+                .forward(&self.input_layernorm.forward(x)?, cache)?,
         )?;
-        let out = h.add(self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)?;
+        let out = h.add(
+            self.mlp
+                .forward(&self.post_attention_layernorm.forward(&h)?)?,
+        )?;
         Ok(out)
     }
 }
@@ -105,23 +108,28 @@ impl Model {
         })
     }
 
+    /// Dtype of the hidden states (and so of the KV cache).
+    pub fn activation_dtype(&self) -> mlx_rs::Dtype {
+        self.embed_tokens.output_dtype()
+    }
+
+    /// Number of layers (one cache entry each).
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
     /// A fresh cache for one sequence (one entry per layer).
     pub fn new_cache(&self) -> Vec<KvCache> {
         (0..self.layers.len()).map(|_| KvCache::new()).collect()
     }
 
-    /// Runs `ids: [B, L]` (int32) through the model, appending to `cache`.
-    /// Returns logits `[B, L, vocab]`, or `[B, 1, vocab]` when `last_only`.
-    pub fn forward(
-        &self,
-        ids: &Array,
-        cache: &mut [KvCache],
-        mask: &AttentionMask,
-        last_only: bool,
-    ) -> Result<Array> {
+    /// Runs `ids: [B, L]` (int32) through the model, appending to the caches
+    /// (one view per layer). Returns logits `[B, L, vocab]`, or `[B, 1, vocab]`
+    /// when `last_only`.
+    pub fn forward(&self, ids: &Array, cache: &mut [CacheView], last_only: bool) -> Result<Array> {
         let mut h = self.embed_tokens.forward(ids)?;
         for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            h = layer.forward(&h, layer_cache, mask)?;
+            h = layer.forward(&h, layer_cache)?;
         }
         if last_only {
             h = last_position(&h)?;

@@ -107,6 +107,9 @@ pub struct Tokenizer {
     eos_token_ids: Vec<u32>,
     pad_token: Option<String>,
     unk_token: Option<String>,
+    /// Further named tokens from the config (`sep_token`, `image_token`, ...), which chat
+    /// templates see as variables like transformers' `special_tokens_map`.
+    other_tokens: BTreeMap<String, String>,
     add_bos_token: bool,
     add_eos_token: bool,
     chat_template: Option<ChatTemplate>,
@@ -134,6 +137,7 @@ struct FolderConfig {
     eos_token: Option<String>,
     pad_token: Option<String>,
     unk_token: Option<String>,
+    other_tokens: BTreeMap<String, String>,
     add_bos_token: Option<bool>,
     add_eos_token: Option<bool>,
     default_template: Option<String>,
@@ -219,9 +223,11 @@ impl Tokenizer {
 
     /// Builds the tokenizer a GGUF file's metadata describes (`path` is the file, for messages).
     ///
-    /// Supports byte-level BPE vocabularies (`tokenizer.ggml.model == "gpt2"`), which covers
-    /// Llama 3, Qwen 2/2.5/3/3.5, SmolLM, Mistral's tekken and GPT-4o-style tokenizers; the
-    /// pre-tokenizer follows `tokenizer.ggml.pre`.
+    /// Supports byte-level BPE vocabularies (`tokenizer.ggml.model == "gpt2"`: Llama 3, Qwen 2
+    /// to 3.5, SmolLM, StarCoder, GPT-2, and tekken / GPT-4o-style splits). The pre-tokenizer
+    /// follows `tokenizer.ggml.pre`; an unknown value falls back to GPT-2's (as transformers
+    /// does) with a warning. SentencePiece (`"llama"`) and other models are refused with
+    /// [`TokenizerError::UnsupportedModel`].
     pub fn from_gguf(meta: &GgufMetadata, path: &Path) -> Result<Self, TokenizerError> {
         let invalid = |message: String| TokenizerError::Invalid {
             path: path.to_path_buf(),
@@ -282,6 +288,7 @@ impl Tokenizer {
             eos_token: token_text(eos_id),
             pad_token: token_text(pad_id),
             unk_token: token_text(unk_id),
+            other_tokens: BTreeMap::new(),
             add_bos_token: Some(
                 meta.get_bool("tokenizer.ggml.add_bos_token")
                     .unwrap_or(false),
@@ -382,6 +389,7 @@ impl Tokenizer {
             eos_token_ids,
             pad_token: config.pad_token,
             unk_token: config.unk_token,
+            other_tokens: config.other_tokens,
             add_bos_token: adds_bos
                 || (config.add_bos_token.unwrap_or(false) && bos_token_id.is_some()),
             add_eos_token: adds_eos
@@ -417,6 +425,9 @@ impl Tokenizer {
         config.insert("eos_token".into(), json!(self.eos_token));
         config.insert("pad_token".into(), json!(self.pad_token));
         config.insert("unk_token".into(), json!(self.unk_token));
+        for (name, token) in &self.other_tokens {
+            config.insert(name.clone(), json!(token));
+        }
         config.insert("clean_up_tokenization_spaces".into(), json!(false));
         let templates: Vec<Json> = self
             .chat_template
@@ -573,6 +584,17 @@ impl Tokenizer {
         .ok_or_else(|| TokenizerError::NoChatTemplate {
             path: self.source.clone(),
         })?;
+        self.apply_chat_template_with(template, messages, opts)
+    }
+
+    /// Renders `messages` with `template` instead of the tokenizer's own (the tokenizer still
+    /// supplies `bos_token`, `eos_token` and its other named tokens).
+    pub fn apply_chat_template_with(
+        &self,
+        template: &ChatTemplate,
+        messages: &[Json],
+        opts: &ChatTemplateOptions,
+    ) -> Result<String, TokenizerError> {
         let special_tokens: Vec<(&str, &str)> = [
             ("bos_token", &self.bos_token),
             ("eos_token", &self.eos_token),
@@ -581,6 +603,11 @@ impl Tokenizer {
         ]
         .into_iter()
         .filter_map(|(name, token)| token.as_deref().map(|token| (name, token)))
+        .chain(
+            self.other_tokens
+                .iter()
+                .map(|(name, token)| (name.as_str(), token.as_str())),
+        )
         .collect();
         template
             .render(messages, &special_tokens, opts)
@@ -679,6 +706,25 @@ impl FolderConfig {
                     path: path.to_path_buf(),
                     message: format!("{key}: {message}"),
                 })?;
+            }
+        }
+        // Other `*_token` entries holding a token (not flags like `add_bos_token`).
+        for (key, value) in fields {
+            let standard = matches!(
+                key.as_str(),
+                "bos_token" | "eos_token" | "pad_token" | "unk_token"
+            );
+            if standard || !key.ends_with("_token") {
+                continue;
+            }
+            match special_token_text(value) {
+                Ok(Some(text)) => {
+                    self.other_tokens.insert(key.clone(), text);
+                }
+                Ok(None) => {
+                    self.other_tokens.remove(key);
+                }
+                Err(_) => {}
             }
         }
         Ok(())
@@ -976,6 +1022,13 @@ mod tests {
         let tokenizer = tiny_gguf_tokenizer("smollm");
         let ids = tokenizer.encode_fast("ab 12", false).unwrap();
         assert_eq!(ids.get_ids(), &[4, 3, 6, 7]);
+    }
+
+    #[test]
+    fn tokenizers_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Tokenizer>();
+        assert_send_sync::<ChatTemplate>();
     }
 
     #[test]

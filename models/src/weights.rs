@@ -161,7 +161,10 @@ impl Weights {
                 name: format!("{prefix}.biases"),
             });
         }
-        let configured = self.quantization.as_ref().and_then(|q| q.for_module(prefix));
+        let configured = self
+            .quantization
+            .as_ref()
+            .and_then(|q| q.for_module(prefix));
         let group_size = match (configured, self.format) {
             (Some(q), _) => q.group_size,
             (None, WeightFormat::Gguf) => GGUF_GROUP_SIZE,
@@ -352,10 +355,7 @@ fn unpermute_llama_rows(name: &str, array: Array, config: &ModelConfig) -> Resul
     }
     let mut split = vec![heads, rows / heads / 2, 2];
     split.extend_from_slice(&shape[1..]);
-    Ok(array
-        .reshape(&split)?
-        .swap_axes(1, 2)?
-        .reshape(&shape)?)
+    Ok(array.reshape(&split)?.swap_axes(1, 2)?.reshape(&shape)?)
 }
 
 #[cfg(test)]
@@ -397,6 +397,6 @@ mod tests {
         let config = ModelConfig::from_json(&raw, Path::new("c")).unwrap();
         let back =
             unpermute_llama_rows("model.layers.0.self_attn.q_proj.weight", gguf, &config).unwrap();
-        assert!(back.array_eq(&hf, None).unwrap().item::<bool>());
+        assert!(back.array_eq(&hf, None).unwrap().item_cast::<bool>());
     }
 }

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use hearth_models::detokenizer::StreamDecoder;
 use hearth_models::gguf::{GgufMetadata, GgufValue};
-use hearth_models::tokenizer::{ChatTemplateOptions, Tokenizer, TokenizerError};
+use hearth_models::tokenizer::{ChatTemplate, ChatTemplateOptions, Tokenizer, TokenizerError};
 use serde_json::{json, Value as Json};
 
 fn repo_root() -> PathBuf {
@@ -205,7 +205,15 @@ fn assert_parity(tokenizer: &Tokenizer, cases: &Json, expected: &Json, label: &s
     assert_eq!(chats.len(), wants.len());
     for (index, (case, want)) in chats.iter().zip(wants).enumerate() {
         let messages = case["messages"].as_array().unwrap();
-        let got = tokenizer.apply_chat_template(messages, &options(case));
+        let got = match case["chat_template"].as_str() {
+            None => tokenizer.apply_chat_template(messages, &options(case)),
+            Some(source) => match ChatTemplate::new(source) {
+                Ok(template) => {
+                    tokenizer.apply_chat_template_with(&template, messages, &options(case))
+                }
+                Err(e) => panic!("{label}: chat case {index} does not compile: {e}\n{source}"),
+            },
+        };
         let expect_error = case["expect_error"].as_bool().unwrap_or(false);
         assert_eq!(
             want.get("error").is_some(),
@@ -546,8 +554,9 @@ fn write_sentencepiece_folder(dir: &Path) {
         "eos_token": "</s>",
         "unk_token": "<unk>",
         "add_bos_token": true,
+        "image_token": "<unk>",
         "chat_template": [
-            {"name": "default", "template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"},
+            {"name": "default", "template": "{{ bos_token }}{{ image_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"},
             {"name": "tool_use", "template": "{{ bos_token }}TOOLS {{ tools | tojson }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"}
         ]
     });
@@ -667,5 +676,249 @@ fn errors_name_the_file_and_the_problem() {
     assert!(
         matches!(err, TokenizerError::NoChatTemplate { .. }),
         "{err}"
+    );
+}
+
+/// Jinja constructs real chat templates use, each rendered by transformers' Jinja2 sandbox and
+/// by our minijinja environment.
+fn jinja_semantics_cases() -> Vec<Json> {
+    let messages = json!([
+        {"role": "system", "content": "  Be helpful!  "},
+        {"role": "user", "content": "Hello wörld, hello 世界!", "n": 3, "f": 2.0, "neg": -0.0,
+         "tiny": 1e-7, "big": 12345678901234567u64, "flag": true, "nothing": null},
+        {"role": "assistant", "content": "Line one\nLine two\n\nTab\there \"quoted\" \\ back",
+         "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": [1.5, "x"]}}}]},
+        {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "image"},
+                                      {"type": "text", "text": "part two"}]}
+    ]);
+    let templates = [
+        // String methods and filters.
+        "{%- for m in messages if m.content is string -%}\n\
+         {{ loop.index }}/{{ loop.length }} {{ m.role|upper }}:{{ m.content|trim }}|{{ m.content.strip().split(' ')|join(',') }}|\
+         {{ m.content.startswith('He') }}|{{ m.content|length }}|{{ m.content|replace('l', 'L') }}|{{ m.content.lower() }}|\
+         {{ m.content.lstrip(' B').rstrip('! ') }}|{{ m.content.split() }}|{{ m.content.splitlines() }}|{{ m.content.count('l') }}|\
+         {{ m.content.endswith('!') }}|{{ m.content.replace('l', '_', 1) }}|{{ m.content.title() }}|{{ m.content.upper().isupper() }}\n\
+         {% endfor -%}",
+        // How values print.
+        "{{ messages[1] }}|{{ messages|length }}|{{ none }}|{{ true }}|{{ [1, 2.5, 'x', none, true, \"it's\"] }}|\
+         {{ {'a': 1, 'b': [none]} }}|{{ 7 / 2 }}|{{ 7 // 2 }}|{{ 2 ** 10 }}|{{ 10 / 4 }}|{{ 1.5 * 2 }}|{{ messages[1].f }}|\
+         {{ messages[1].neg }}|{{ messages[1].tiny }}|{{ messages[1].big }}|{{ messages[1].flag }}|{{ messages[1].nothing is defined }}|\
+         {{ 'a' ~ 'b' }}|{{ 3 ~ 'x' }}",
+        // tojson in every form templates use.
+        "{{ tools|tojson }}\n{{ tools[0]|tojson(indent=2) }}\n{{ tools[0].function.parameters|tojson(sort_keys=true) }}\n\
+         {{ messages|tojson(indent=4) }}\n{{ messages[2].tool_calls[0].function.arguments|tojson }}\n\
+         {{ messages[1]|tojson(separators=(',', ':')) }}\n{{ {'u': messages[1].content}|tojson(ensure_ascii=true) }}",
+        // Tests.
+        "{% for m in messages %}{{ m.content is string }}{{ m.content is mapping }}{{ m is mapping }}\
+         {{ m.content is sequence }}{{ m.content is iterable }}{{ m.x is defined }}{{ m.tool_calls is defined }}\
+         {{ m.content is not none }}{{ m.role in ['user', 'system'] }}{{ 'ell' in m.role }} {% endfor %}\
+         {{ 3 is number }}{{ 3 is integer }}{{ 3.0 is float }}{{ none is none }}{{ tools is none }}{{ 4 is even }}{{ x is undefined }}",
+        // namespace, set, macros, loop controls, loop variables.
+        "{%- set ns = namespace(count=0, last='') -%}\n\
+         {%- macro show(m, prefix='>') -%}{{ prefix }}{{ m.role }}{%- endmacro -%}\n\
+         {%- for m in messages -%}\n\
+         {%- if m.role == 'system' %}{% continue %}{% endif -%}\n\
+         {%- set ns.count = ns.count + 1 -%}{%- set ns.last = m.role -%}\n\
+         {{ show(m) }}{{ show(m, prefix='#') }}[{{ loop.index0 }},{{ loop.revindex }},{{ loop.first }},{{ loop.last }}]\n\
+         {%- if ns.count >= 2 %}{% break %}{% endif -%}\n\
+         {%- endfor -%}\n\
+         count={{ ns.count }} last={{ ns.last }}\n\
+         {%- set greeting %}hi {{ ns.last }}{% endset %} {{ greeting }}",
+        // List filters, slicing, ranges, numbers.
+        "{{ messages|map(attribute='role')|join(', ') }}|{{ messages|selectattr('role', 'equalto', 'user')|list|length }}|\
+         {{ messages|rejectattr('role', 'eq', 'user')|map(attribute='role')|list }}|{{ (messages|first).role }}|{{ (messages|last).role }}|\
+         {{ messages[1:]|length }}|{{ messages[::-1]|map(attribute='role')|list }}|{{ messages[-1].role }}|{{ range(3)|list }}|\
+         {{ [3, 1, 2]|sort }}|{{ ['b', 'a']|reverse|list }}|{{ x|default('dflt') }}|{{ '5'|int + 1 }}|{{ '2.5'|float }}|\
+         {{ 'abc'|capitalize }}|{{ 'hello world'|title }}|{{ [1, 2, 3]|sum }}|{{ [1, 5, 3]|max }}|{{ 'x' * 3 }}|\
+         {{ messages[1].keys()|list }}|{{ messages[1].get('n') }}|{{ messages[1].get('zz', 'none here') }}|{{ messages|batch(3)|list|length }}",
+        // Whitespace control: trim_blocks, lstrip_blocks, and the template's trailing newline.
+        "<start>\n  {% for m in messages %}\n    {% if m.role == 'user' %}\n  U: {{ m.role }}\n    {% else %}\n  O: {{ m.role }}\n    {% endif %}\n  {% endfor %}\n\
+         {%- if add_generation_prompt %}\n  GEN\n{% endif %}\n  {{ '  padded  ' }}  \n<end>\n",
+        // Multimodal content parts.
+        "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for part in m.content %}\
+         {% if part.type == 'text' %}{{ part.text }}{% elif part['type'] == 'image' %}<image>{% endif %}{% endfor %}{% endif %};{% endfor %}",
+        // Variables the renderer provides.
+        "{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ enable_thinking }}|{{ tools is none }}|{{ documents }}|\
+         {{ add_generation_prompt }}|{{ custom_var }}|{{ undefined_var is defined }}|{{ messages[1].content[:5] }}",
+        // raise_exception fails the render.
+        "{% if messages[0].role == 'system' %}{{ raise_exception('no system messages, please') }}{% endif %}",
+    ];
+    templates
+        .iter()
+        .enumerate()
+        .map(|(index, template)| {
+            json!({
+                "messages": messages,
+                "chat_template": template,
+                "tools": if index == 2 { weather_tools() } else { Json::Null },
+                "add_generation_prompt": index == 6,
+                "enable_thinking": if index == 8 { json!(false) } else { Json::Null },
+                "extra": {"custom_var": {"k": [1, "v"]}},
+                "expect_error": index == 9,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn jinja_semantics_match_transformers() {
+    let (tokenizer, dir) = qwen3();
+    let cases = json!({"encode": [], "decode": [], "chat": jinja_semantics_cases()});
+    let expected = reference(&["--hf", dir.to_str().unwrap()], &cases);
+    assert_parity(&tokenizer, &cases, &expected, "Jinja semantics");
+}
+
+/// `tokenizer.ggml.pre` values whose pre-tokenizer [`Tokenizer::from_gguf`] implements, checked
+/// against llama.cpp's reference token ids (which llama.cpp generated with the models' own
+/// Hugging Face tokenizers).
+const LLAMA_CPP_VOCABS: &[&str] = &[
+    "llama-bpe",
+    "qwen2",
+    "qwen35",
+    "starcoder",
+    "refact",
+    "gpt-2",
+];
+
+#[test]
+fn llama_cpp_vocab_vectors_match() {
+    let dir = fixture("llama.cpp/vocab");
+    for name in LLAMA_CPP_VOCABS {
+        let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let meta = GgufMetadata::read(&path).expect("read GGUF header");
+        let tokenizer = Tokenizer::from_gguf(&meta, &path).expect("tokenizer from GGUF");
+        let inputs = std::fs::read_to_string(path.with_extension("gguf.inp")).expect("inputs");
+        let outputs = std::fs::read_to_string(path.with_extension("gguf.out")).expect("outputs");
+        let inputs: Vec<&str> = inputs.split("\n__ggml_vocab_test__\n").collect();
+        let outputs: Vec<&str> = outputs.lines().collect();
+        assert!(
+            outputs.len() >= 40,
+            "{name}: only {} vectors",
+            outputs.len()
+        );
+        for (text, ids) in inputs.iter().zip(&outputs) {
+            let want: Vec<u32> = ids
+                .split_whitespace()
+                .map(|id| id.parse().expect("token id"))
+                .collect();
+            let got = tokenizer.encode(text, false).expect("encode");
+            assert_eq!(got, want, "{name}: encode({text:?})");
+            let decoded = tokenizer.decode(&got, false).expect("decode");
+            let mut decoder = StreamDecoder::with_skip_special_tokens(&tokenizer, false);
+            let mut streamed = String::new();
+            for &id in &got {
+                streamed.push_str(&decoder.push(id).expect("push"));
+            }
+            streamed.push_str(&decoder.finish().expect("finish"));
+            assert_eq!(streamed, decoded, "{name}: streaming {text:?}");
+        }
+    }
+    // SentencePiece, Unigram and WordPiece vocabularies are refused with the file and model named.
+    for (name, model) in [
+        ("llama-spm", "llama"),
+        ("phi-3", "llama"),
+        ("bert-bge", "bert"),
+    ] {
+        let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let meta = GgufMetadata::read(&path).expect("read GGUF header");
+        let err = Tokenizer::from_gguf(&meta, &path).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, TokenizerError::UnsupportedModel { .. })
+                && message.contains(&format!("ggml-vocab-{name}.gguf"))
+                && message.contains(&format!("{model:?}")),
+            "{message}"
+        );
+    }
+}
+
+/// Conversations rendered with every real chat template in the llama.cpp corpus.
+fn corpus_conversations() -> Vec<Json> {
+    vec![
+        json!({"messages": [{"role": "user", "content": "Hello!"}], "add_generation_prompt": true}),
+        json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again, 日本語で"}],
+               "add_generation_prompt": true}),
+        json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": weather_tools(),
+               "add_generation_prompt": true}),
+        json!({"messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18C"},
+            {"role": "assistant", "content": "It is 18C.", "reasoning_content": "Easy."},
+            {"role": "user", "content": "thanks"}],
+            "tools": weather_tools(), "add_generation_prompt": true, "enable_thinking": true}),
+        json!({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true,
+               "enable_thinking": false}),
+        json!({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+               "add_generation_prompt": false}),
+    ]
+}
+
+/// Where transformers' Jinja2 sandbox fails but minijinja renders: iterating over `None` and
+/// serialising a generator. Hearth renders those conversations instead of refusing them.
+fn lenient_where_jinja2_fails(error: &str) -> bool {
+    error.contains("'NoneType' object is not iterable")
+        || error.contains("Object of type generator is not JSON serializable")
+}
+
+#[test]
+fn real_chat_templates_match_transformers() {
+    let (tokenizer, dir) = qwen3();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(fixture("llama.cpp/templates"))
+        .expect("templates folder")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jinja"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 50, "only {} templates", paths.len());
+
+    let mut chats = Vec::new();
+    let mut labels = Vec::new();
+    for path in &paths {
+        let source = std::fs::read_to_string(path).expect("template");
+        for (index, mut case) in corpus_conversations().into_iter().enumerate() {
+            case["chat_template"] = json!(source);
+            chats.push(case);
+            labels.push(format!("{} #{index}", path.display()));
+        }
+    }
+    let cases = json!({"encode": [], "decode": [], "chat": chats});
+    let expected = reference(&["--hf", dir.to_str().unwrap()], &cases);
+    let mut rendered = 0;
+    for ((case, want), label) in chats
+        .iter()
+        .zip(expected["chat"].as_array().unwrap())
+        .zip(&labels)
+    {
+        let template = ChatTemplate::new(case["chat_template"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let got = tokenizer.apply_chat_template_with(
+            &template,
+            case["messages"].as_array().unwrap(),
+            &options(case),
+        );
+        match (want.get("text").and_then(Json::as_str), got) {
+            (Some(want), Ok(got)) => {
+                assert_eq!(got, want, "{label}");
+                rendered += 1;
+            }
+            (None, Err(_)) => {}
+            (Some(_), Err(e)) => panic!("{label}: fails in Rust only: {e}"),
+            (None, Ok(_)) => {
+                let error = want["error"].as_str().unwrap_or_default();
+                assert!(
+                    lenient_where_jinja2_fails(error),
+                    "{label}: renders in Rust but transformers fails: {error}"
+                );
+            }
+        }
+    }
+    assert!(
+        rendered * 10 >= chats.len() * 8,
+        "only {rendered} of {} renders compared",
+        chats.len()
     );
 }

@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hearth_models::{AttentionMask, KvCache, LoadedModel, ModelError};
+use hearth_models::{KvCache, LoadedModel, ModelError};
 use mlx_rs::{transforms, Array};
 
 use self::{
@@ -126,16 +126,17 @@ pub enum GenerationEvent {
     /// multi-byte character or a possible stop string is pending).
     Token { sampled: Sampled, text: String },
     /// The end, with any text held back until now.
-    Finished { text: String, stats: GenerationStats },
+    Finished {
+        text: String,
+        stats: GenerationStats,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("prompt is empty")]
     EmptyPrompt,
-    #[error(
-        "prompt has {prompt} tokens but the model's context is {context} tokens"
-    )]
+    #[error("prompt has {prompt} tokens but the model's context is {context} tokens")]
     PromptTooLong { prompt: usize, context: usize },
     #[error("invalid sampling parameters: {0}")]
     Sampling(#[from] SamplingError),
@@ -210,12 +211,8 @@ impl Engine {
     ) -> Result<Array, EngineError> {
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
-        let mask = if tokens.len() > 1 {
-            AttentionMask::Causal
-        } else {
-            AttentionMask::None
-        };
-        Ok(self.model.model.forward(&ids, cache, &mask, last_only)?)
+        let mut views = KvCache::views(cache);
+        Ok(self.model.model.forward(&ids, &mut views, last_only)?)
     }
 
     /// Generates a completion for `request`, calling `on_event` for every
@@ -238,9 +235,7 @@ impl Engine {
                 context,
             });
         }
-        request
-            .sampling
-            .validate(self.model.config().vocab_size)?;
+        request.sampling.validate(self.model.config().vocab_size)?;
         let max_tokens = request.max_tokens.min(context - prompt.len());
 
         let _ = mlx_rs::memory::reset_peak_memory();

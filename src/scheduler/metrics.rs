@@ -1,0 +1,263 @@
+//! Scheduler counters, gauges and latency histograms, updated where things
+//! happen (the engine step, submission) and read lock-free by `/metrics` and
+//! the status API.
+
+use std::{
+    fmt::Write,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Mutex,
+    },
+    time::Duration,
+};
+
+use serde::Serialize;
+
+/// Bucket upper bounds in seconds shared by the latency histograms.
+const BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// A Prometheus-style cumulative histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    inner: Mutex<HistogramState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct HistogramState {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn observe(&self, value: Duration) {
+        let v = value.as_secs_f64();
+        if let Ok(mut s) = self.inner.lock() {
+            if s.counts.is_empty() {
+                s.counts = vec![0; BUCKETS.len()];
+            }
+            for (i, &b) in BUCKETS.iter().enumerate() {
+                if v <= b {
+                    s.counts[i] += 1;
+                }
+            }
+            s.sum += v;
+            s.count += 1;
+        }
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let s = self.inner.lock().map(|s| s.clone()).unwrap_or_default();
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let c = s.counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.count);
+        let _ = writeln!(out, "{name}_sum {}", s.sum);
+        let _ = writeln!(out, "{name}_count {}", s.count);
+    }
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests_total: AtomicU64,
+    requests_rejected: AtomicU64,
+    requests_finished: AtomicU64,
+    requests_cancelled: AtomicU64,
+    prompt_tokens_total: AtomicU64,
+    generated_tokens_total: AtomicU64,
+    queued: AtomicUsize,
+    running: AtomicUsize,
+    kv_bytes_used: AtomicUsize,
+    kv_bytes_allocated: AtomicUsize,
+    steps_total: AtomicU64,
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+    pub step_time: Histogram,
+}
+
+/// A snapshot for status pages.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedulerStatus {
+    pub queued: usize,
+    pub running: usize,
+    pub requests_total: u64,
+    pub prompt_tokens_total: u64,
+    pub generated_tokens_total: u64,
+    pub kv_bytes_used: usize,
+    pub kv_bytes_allocated: usize,
+    pub kv_bytes_budget: usize,
+}
+
+impl Metrics {
+    pub(crate) fn record_submitted(&self) {
+        self.requests_total.fetch_add(1, Ordering::Relaxed);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_rejected(&self) {
+        self.requests_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_admitted(&self, prompt_tokens: usize) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.running.fetch_add(1, Ordering::Relaxed);
+        self.prompt_tokens_total
+            .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+    }
+
+    /// A job left the queue without running (cancelled while waiting).
+    pub(crate) fn record_dequeued(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.requests_cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_finished(&self, cancelled: bool) {
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.requests_finished.fetch_add(1, Ordering::Relaxed);
+        if cancelled {
+            self.requests_cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn record_tokens(&self, n: usize) {
+        self.generated_tokens_total
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_step(&self, time: Duration) {
+        self.steps_total.fetch_add(1, Ordering::Relaxed);
+        self.step_time.observe(time);
+    }
+
+    pub(crate) fn set_kv(&self, used: usize, allocated: usize) {
+        self.kv_bytes_used.store(used, Ordering::Relaxed);
+        self.kv_bytes_allocated.store(allocated, Ordering::Relaxed);
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    pub fn status(&self, kv_budget: usize) -> SchedulerStatus {
+        SchedulerStatus {
+            queued: self.queued(),
+            running: self.running(),
+            requests_total: self.requests_total.load(Ordering::Relaxed),
+            prompt_tokens_total: self.prompt_tokens_total.load(Ordering::Relaxed),
+            generated_tokens_total: self.generated_tokens_total.load(Ordering::Relaxed),
+            kv_bytes_used: self.kv_bytes_used.load(Ordering::Relaxed),
+            kv_bytes_allocated: self.kv_bytes_allocated.load(Ordering::Relaxed),
+            kv_bytes_budget: kv_budget,
+        }
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn render_prometheus(&self, kv_budget: usize) -> String {
+        let mut out = String::new();
+        let mut line = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let g = |a: &AtomicUsize| a.load(Ordering::Relaxed).to_string();
+        line(
+            "hearth_requests_total",
+            "counter",
+            "Requests submitted.",
+            c(&self.requests_total),
+        );
+        line(
+            "hearth_requests_rejected_total",
+            "counter",
+            "Requests refused at capacity (429).",
+            c(&self.requests_rejected),
+        );
+        line(
+            "hearth_requests_finished_total",
+            "counter",
+            "Requests that ended.",
+            c(&self.requests_finished),
+        );
+        line(
+            "hearth_requests_cancelled_total",
+            "counter",
+            "Requests cancelled by the client.",
+            c(&self.requests_cancelled),
+        );
+        line(
+            "hearth_prompt_tokens_total",
+            "counter",
+            "Prompt tokens processed.",
+            c(&self.prompt_tokens_total),
+        );
+        line(
+            "hearth_generated_tokens_total",
+            "counter",
+            "Tokens generated.",
+            c(&self.generated_tokens_total),
+        );
+        line(
+            "hearth_engine_steps_total",
+            "counter",
+            "Engine steps run.",
+            c(&self.steps_total),
+        );
+        line(
+            "hearth_queue_depth",
+            "gauge",
+            "Requests waiting for admission.",
+            g(&self.queued),
+        );
+        line(
+            "hearth_running_sequences",
+            "gauge",
+            "Sequences prefilling or decoding.",
+            g(&self.running),
+        );
+        line(
+            "hearth_kv_cache_used_bytes",
+            "gauge",
+            "KV cache bytes holding tokens.",
+            g(&self.kv_bytes_used),
+        );
+        line(
+            "hearth_kv_cache_allocated_bytes",
+            "gauge",
+            "KV cache bytes allocated.",
+            g(&self.kv_bytes_allocated),
+        );
+        line(
+            "hearth_kv_cache_budget_bytes",
+            "gauge",
+            "KV cache memory budget.",
+            kv_budget.to_string(),
+        );
+        self.time_to_first_token.render(
+            &mut out,
+            "hearth_time_to_first_token_seconds",
+            "Submission to first token.",
+        );
+        self.inter_token_latency.render(
+            &mut out,
+            "hearth_inter_token_latency_seconds",
+            "Time between consecutive tokens of a sequence.",
+        );
+        self.step_time.render(
+            &mut out,
+            "hearth_engine_step_seconds",
+            "Engine step duration.",
+        );
+        out
+    }
+}

@@ -1,0 +1,305 @@
+//! Continuous batching: one engine thread owns MLX and the model; async
+//! request handlers talk to it through [`SchedulerHandle`].
+//!
+//! A submitted [`Job`] waits in a bounded queue, is admitted when a slot and
+//! KV memory are free, has its prompt prefilled in chunks interleaved with
+//! the decode steps of running jobs (under a per-step token budget, shortest
+//! remaining prompt first), then joins the decode batch: every step runs one
+//! batched forward pass for all decoding sequences and samples one token for
+//! each. Tokens flow back as [`JobEvent`]s; dropping the [`JobHandle`]
+//! cancels the job and frees its slot at the next step.
+//!
+//! The scheduler works in token ids only: detokenization and stop strings are
+//! the caller's (see [`crate::engine::text::TextStream`]), which keeps the
+//! engine step lean. See docs/scheduler.md for the design.
+
+mod batch;
+mod engine_loop;
+pub mod metrics;
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    time::Duration,
+};
+
+use hearth_models::{ModelConfig, Tokenizer};
+use tokio::sync::mpsc as tokio_mpsc;
+
+pub use self::metrics::{Metrics, SchedulerStatus};
+use crate::engine::sampling::{Sampled, SamplingParams};
+
+/// Limits and budgets of the scheduler (admission rules live here, as data).
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most sequences prefilling or decoding at once.
+    pub max_running: usize,
+    /// Most jobs waiting for admission; beyond it `submit` answers `QueueFull`.
+    pub max_queue: usize,
+    /// Tokens processed per engine step: one per decoding sequence, the
+    /// rest for prompt chunks.
+    pub step_token_budget: usize,
+    /// Most prompt tokens of one sequence per forward pass.
+    pub prefill_chunk: usize,
+    /// Bytes the KV caches may use; `None` = derived from system memory.
+    pub kv_memory_budget: Option<usize>,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_running: 8,
+            max_queue: 64,
+            step_token_budget: 512,
+            prefill_chunk: 512,
+            kv_memory_budget: None,
+        }
+    }
+}
+
+/// One generation job, already tokenized and validated by the caller.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub prompt_tokens: Vec<u32>,
+    /// Most tokens to generate (clamped to the context left).
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// End the job at the model's end-of-sequence tokens.
+    pub stop_at_eos: bool,
+}
+
+/// Why a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-sequence token.
+    Stop,
+    /// `max_tokens` or the context length reached.
+    Length,
+    /// The handle was dropped or [`JobHandle::cancel`] called.
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Exact counts and timings of a finished job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Tokens sampled (including a final end-of-sequence token).
+    pub completion_tokens: usize,
+    /// Prompt tokens served from a cached prefix (0 until the prefix cache lands).
+    pub cached_prompt_tokens: usize,
+    /// Submission to first token.
+    pub time_to_first_token: Duration,
+    pub queue_time: Duration,
+    pub total_time: Duration,
+}
+
+/// What a job's receiver sees, in order: tokens, then exactly one
+/// `Finished` or `Failed`.
+#[derive(Debug, Clone)]
+pub enum JobEvent {
+    Token(Sampled),
+    Finished(JobSummary),
+    Failed(String),
+}
+
+/// Why a job was not accepted.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum SubmitError {
+    #[error("server at capacity: {queued} requests queued; retry after {retry_after:?}")]
+    QueueFull {
+        queued: usize,
+        retry_after: Duration,
+    },
+    #[error(
+        "this request needs {prompt} prompt tokens but the model's context is {context} tokens"
+    )]
+    PromptTooLong { prompt: usize, context: usize },
+    #[error("this request needs {needed} bytes of KV cache but the budget is {budget} bytes")]
+    TooLargeForMemory { needed: usize, budget: usize },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// The caller's end of one job.
+#[derive(Debug)]
+pub struct JobHandle {
+    pub id: u64,
+    pub events: tokio_mpsc::UnboundedReceiver<JobEvent>,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl JobHandle {
+    /// Asks the engine to stop this job at its next step (also on drop).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// Static facts about the served model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// Name the model is served as (file or folder name).
+    pub id: String,
+    pub path: PathBuf,
+    pub config: ModelConfig,
+    pub context_length: usize,
+    pub eos_token_ids: Vec<u32>,
+    /// Bytes of the loaded weights.
+    pub weight_bytes: usize,
+    /// KV cache bytes per token of one sequence.
+    pub kv_bytes_per_token: usize,
+}
+
+pub(crate) enum Command {
+    Submit(Box<Submission>),
+    Shutdown,
+}
+
+pub(crate) struct Submission {
+    pub id: u64,
+    pub job: Job,
+    pub events: tokio_mpsc::UnboundedSender<JobEvent>,
+    pub cancelled: Arc<AtomicBool>,
+    pub submitted: std::time::Instant,
+}
+
+/// Cheap to clone; all clones talk to the same engine thread.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub info: ModelInfo,
+    pub tokenizer: Arc<Tokenizer>,
+    pub config: SchedulerConfig,
+    pub kv_budget: usize,
+    pub metrics: Arc<Metrics>,
+    pub next_id: std::sync::atomic::AtomicU64,
+    pub shutting_down: AtomicBool,
+    pub thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl SchedulerHandle {
+    /// Loads the model at `path` on a new engine thread and starts serving.
+    /// Returns once the model is loaded (or failed to load).
+    pub fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Self> {
+        engine_loop::start(path, config)
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.shared.info
+    }
+
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.shared.tokenizer
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.shared.config
+    }
+
+    /// Counters and gauges for `/metrics` and the status API.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    pub fn status(&self) -> SchedulerStatus {
+        self.shared.metrics.status(self.shared.kv_budget)
+    }
+
+    /// Queues a job. Fails fast (no waiting) when it can never run or the
+    /// queue is full.
+    pub fn submit(&self, job: Job) -> Result<JobHandle, SubmitError> {
+        if self.shared.shutting_down.load(Ordering::Relaxed) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let info = &self.shared.info;
+        if job.prompt_tokens.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if job.prompt_tokens.len() >= info.context_length {
+            return Err(SubmitError::PromptTooLong {
+                prompt: job.prompt_tokens.len(),
+                context: info.context_length,
+            });
+        }
+        job.sampling
+            .validate(info.config.vocab_size)
+            .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        let total = (job.prompt_tokens.len() + job.max_tokens.max(1)).min(info.context_length);
+        let needed = total * info.kv_bytes_per_token;
+        if needed > self.shared.kv_budget {
+            return Err(SubmitError::TooLargeForMemory {
+                needed,
+                budget: self.shared.kv_budget,
+            });
+        }
+        let queued = self.shared.metrics.queued();
+        if queued >= self.shared.config.max_queue {
+            self.shared.metrics.record_rejected();
+            return Err(SubmitError::QueueFull {
+                queued,
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio_mpsc::unbounded_channel();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        self.shared.metrics.record_submitted();
+        let submission = Submission {
+            id,
+            job,
+            events: tx,
+            cancelled: cancelled.clone(),
+            submitted: std::time::Instant::now(),
+        };
+        self.commands
+            .send(Command::Submit(Box::new(submission)))
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        Ok(JobHandle {
+            id,
+            events: rx,
+            cancelled,
+        })
+    }
+
+    /// Stops admitting, lets running jobs finish (cancelling them after
+    /// `grace`), then stops the engine thread and frees the model.
+    pub fn shutdown(&self, grace: Duration) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline
+            && (self.shared.metrics.running() > 0 || self.shared.metrics.queued() > 0)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.shared.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = thread.join();
+        }
+    }
+}
