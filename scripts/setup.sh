@@ -62,6 +62,16 @@ if [[ ! -s "$FIX/qwen3-tokenizer/tokenizer.json" ]]; then
     package/models/tokenizer.json package/models/tokenizer_config.json
   rm -rf "$tmp"
 fi
+if [[ ! -d "$FIX/llama.cpp/templates" || ! -d "$FIX/llama.cpp/vocab" ]]; then
+  log "fetching llama.cpp's vocab/template fixtures (PyPI llama-cpp-python==0.3.36 sdist)"
+  tmp=$(mktemp -d)
+  .venv/bin/pip download -q --no-deps --no-binary :all: -d "$tmp" llama-cpp-python==0.3.36
+  src=llama_cpp_python-0.3.36/vendor/llama.cpp/models
+  tar xzf "$tmp/llama_cpp_python-0.3.36.tar.gz" -C "$tmp" --wildcards "$src/templates/*" "$src/ggml-vocab-*"
+  mkdir -p "$FIX/llama.cpp/vocab"; rm -rf "$FIX/llama.cpp/templates"
+  mv "$tmp/$src/templates" "$FIX/llama.cpp/templates"; mv "$tmp/$src"/ggml-vocab-* "$FIX/llama.cpp/vocab/"
+  rm -rf "$tmp"
+fi
 if [[ -x privacy/fetch-data.sh ]]; then
   privacy/fetch-data.sh >/dev/null
 fi
