@@ -137,7 +137,11 @@ fn patch_for_linux(mlx_c: &Path, compat: &Path) {
         "#include <streambuf>\n#include \"mlx/c/private/format_compat.h\"",
     );
     let text = fs::read_to_string(&io_h).unwrap();
-    fs::write(&io_h, text.replace("std::format(", "hearth_compat::format(")).unwrap();
+    fs::write(
+        &io_h,
+        text.replace("std::format(", "hearth_compat::format("),
+    )
+    .unwrap();
 
     // 2. float16_t / bfloat16_t exist only on ARM: give x86_64 16-bit storage types
     //    so the `mlx_array_*_float16/bfloat16` accessors (raw bit access) exist.
@@ -214,8 +218,14 @@ fn build_apple(mlx_c: &Path) {
         .profile("Release");
     let dst = config.build();
     let build = dst.join("build");
-    println!("cargo:rustc-link-search=native={}", build.join("lib").display());
-    println!("cargo:rustc-link-search=native={}", dst.join("lib").display());
+    println!(
+        "cargo:rustc-link-search=native={}",
+        build.join("lib").display()
+    );
+    println!(
+        "cargo:rustc-link-search=native={}",
+        dst.join("lib").display()
+    );
     println!(
         "cargo:rustc-link-search=native={}",
         build.join("_deps/mlx-build").display()

@@ -50,7 +50,10 @@ fn missing_and_malformed_folders() {
     tiny(&bad_json);
     std::fs::write(bad_json.join("config.json"), "{ not json").unwrap();
     let e = load_error(&bad_json);
-    assert!(e.contains("config.json") && e.contains("not valid JSON"), "{e}");
+    assert!(
+        e.contains("config.json") && e.contains("not valid JSON"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -84,7 +87,10 @@ fn config_that_does_not_match_the_weights() {
     tiny(dir.path());
     edit_config(dir.path(), |v| v["num_hidden_layers"] = 3.into());
     let e = load_error(dir.path());
-    assert!(e.contains("model.layers.2"), "names the missing tensor: {e}");
+    assert!(
+        e.contains("model.layers.2"),
+        "names the missing tensor: {e}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     tiny(dir.path());

@@ -75,10 +75,16 @@ impl DummyShape {
         let mut parts = spec.split(',').map(str::trim).filter(|p| !p.is_empty());
         let first = parts.next().unwrap_or("tiny");
         let (mut shape, overrides): (DummyShape, Vec<&str>) = if first.contains('=') {
-            (Self::preset("tiny").expect("tiny preset"), std::iter::once(first).chain(parts).collect())
+            (
+                Self::preset("tiny").expect("tiny preset"),
+                std::iter::once(first).chain(parts).collect(),
+            )
         } else {
             let shape = Self::preset(first).with_context(|| {
-                format!("unknown shape preset `{first}` (known: {})", PRESETS.join(", "))
+                format!(
+                    "unknown shape preset `{first}` (known: {})",
+                    PRESETS.join(", ")
+                )
             })?;
             (shape, parts.collect())
         };
@@ -155,7 +161,11 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
     }
 
     // Deterministic tensor list: name, shape, kind.
-    let (h, hd, ffn) = (s.hidden_size as i32, s.head_dim as i32, s.intermediate_size as i32);
+    let (h, hd, ffn) = (
+        s.hidden_size as i32,
+        s.head_dim as i32,
+        s.intermediate_size as i32,
+    );
     let (nh, kv) = (s.num_attention_heads as i32, s.num_key_value_heads as i32);
     let mut tensors: Vec<(String, Vec<i32>, Init)> = vec![(
         "model.embed_tokens.weight".into(),
@@ -214,7 +224,11 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
         let file = if total_shards == 1 {
             "model.safetensors".to_string()
         } else {
-            format!("model-{:05}-of-{:05}.safetensors", shard_index + 1, total_shards)
+            format!(
+                "model-{:05}-of-{:05}.safetensors",
+                shard_index + 1,
+                total_shards
+            )
         };
         let mut arrays: HashMap<String, Array> = HashMap::new();
         for &i in members {
@@ -264,7 +278,10 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
         "eos_token_id": eos,
         "hearth_dummy": {"seed": spec.seed},
     });
-    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    std::fs::write(
+        out.join("config.json"),
+        serde_json::to_string_pretty(&config)?,
+    )?;
     Ok(params)
 }
 
@@ -297,19 +314,18 @@ fn copy_tokenizer(tokenizer: &Path, out: &Path) -> Result<usize> {
     std::fs::copy(tokenizer, out.join("tokenizer.json"))
         .with_context(|| format!("copying {}", tokenizer.display()))?;
     if let Some(dir) = tokenizer.parent() {
-        for extra in ["tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"] {
+        for extra in [
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "chat_template.jinja",
+        ] {
             let src = dir.join(extra);
             if src.exists() {
                 std::fs::copy(&src, out.join(extra))?;
             }
         }
     }
-    let max_id = tok
-        .get_vocab(true)
-        .values()
-        .copied()
-        .max()
-        .unwrap_or(0) as usize;
+    let max_id = tok.get_vocab(true).values().copied().max().unwrap_or(0) as usize;
     Ok(max_id + 1)
 }
 

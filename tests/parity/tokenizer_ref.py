@@ -23,7 +23,8 @@ cases.json:
     {"encode": [{"text": str, "add_special_tokens": bool}],
      "decode": [{"ids": [int], "skip_special_tokens": bool}],
      "chat":   [{"messages": [...], "tools": [...] | null, "add_generation_prompt": bool,
-                 "enable_thinking": bool | null, "extra": {...}}]}
+                 "enable_thinking": bool | null, "extra": {...},
+                 "chat_template": str | null  (renders this template instead of the tokenizer's)}]}
 
 results.json:
     {"loader": str, "bos_token": str | null, "eos_token": str | null, "chat_template": str | null,
@@ -97,6 +98,8 @@ def run(tokenizer, cases):
         if case.get("enable_thinking") is not None:
             kwargs["enable_thinking"] = case["enable_thinking"]
         try:
+            if case.get("chat_template") is not None:
+                kwargs["chat_template"] = case["chat_template"]
             text = tokenizer.apply_chat_template(
                 case["messages"],
                 tools=case.get("tools"),
