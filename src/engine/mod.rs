@@ -64,14 +64,14 @@ impl GenerateRequest {
     }
 }
 
-/// Why generation ended.
+/// Why generation ended (the CLI loop and the scheduler alike).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     /// End-of-sequence token or stop string.
     Stop,
     /// `max_tokens` or the model's context reached.
     Length,
-    /// The caller asked to stop.
+    /// The caller asked to stop (or went away).
     Cancelled,
 }
 

@@ -30,6 +30,7 @@ use hearth_models::{ModelConfig, Tokenizer};
 use tokio::sync::mpsc as tokio_mpsc;
 
 pub use self::metrics::{Metrics, SchedulerStatus};
+pub use crate::engine::FinishReason;
 use crate::engine::sampling::{Sampled, SamplingParams};
 
 /// Limits and budgets of the scheduler (admission rules live here, as data).
@@ -69,27 +70,6 @@ pub struct Job {
     pub sampling: SamplingParams,
     /// End the job at the model's end-of-sequence tokens.
     pub stop_at_eos: bool,
-}
-
-/// Why a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// End-of-sequence token.
-    Stop,
-    /// `max_tokens` or the context length reached.
-    Length,
-    /// The handle was dropped or [`JobHandle::cancel`] called.
-    Cancelled,
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Cancelled => "cancelled",
-        }
-    }
 }
 
 /// Exact counts and timings of a finished job.
