@@ -1,21 +1,16 @@
-//! End-to-end checks with the real name lists (skipped, with a note, when
-//! `privacy/fetch-data.sh` has not been run).
+//! End-to-end checks with the real name lists. They fail (never skip) when
+//! the lists are missing: run `privacy/fetch-data.sh` (scripts/setup.sh does).
 
 use hearth_privacy::{anonymize_document, Anonymizer, RestoreMode};
 
-fn anonymizer() -> Option<Anonymizer> {
-    match Anonymizer::from_default_data() {
-        Ok(a) => Some(a),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+fn anonymizer() -> Anonymizer {
+    Anonymizer::from_default_data()
+        .unwrap_or_else(|e| panic!("{e} (run privacy/fetch-data.sh or scripts/setup.sh)"))
 }
 
 #[test]
 fn masks_a_mixed_document_and_restores_it() {
-    let Some(a) = anonymizer() else { return };
+    let a = anonymizer();
     let text = "From: Rachel Davis <rachel.davis@example.com>\n\
                 Hallo Herr Müller, bitte überweisen Sie auf DE89 3704 0044 0532 0130 00.\n\
                 Tél : 01 42 68 53 00, né le 3 mars 1980.\n\
@@ -64,9 +59,7 @@ fn masks_a_mixed_document_and_restores_it() {
 
 #[test]
 fn document_entity_table() {
-    if anonymizer().is_none() {
-        return;
-    }
+    anonymizer();
     let doc =
         anonymize_document("Dear John Smith, call me at +1 650-253-0000.").expect("data present");
     assert_eq!(doc.masked, "Dear [PERSON_1], call me at [PHONE_1].");
