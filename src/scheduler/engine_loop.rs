@@ -59,6 +59,7 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 eos_token_ids: eos_token_ids.clone(),
                 weight_bytes: model.nbytes(),
                 kv_bytes_per_token,
+                device: crate::device::DeviceInfo::detect(),
                 config: config_m,
             };
             let kv_budget = thread_config

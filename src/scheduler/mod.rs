@@ -150,6 +150,8 @@ pub struct ModelInfo {
     pub weight_bytes: usize,
     /// KV cache bytes per token of one sequence.
     pub kv_bytes_per_token: usize,
+    /// Where the model runs.
+    pub device: crate::device::DeviceInfo,
 }
 
 pub(crate) enum Command {
