@@ -20,6 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible API (continuous batching).
+    Serve(hearth::server::ServeArgs),
+    /// Benchmark one or more OpenAI-compatible servers (single, double, sweep).
+    Bench(hearth::bench::BenchArgs),
     /// Generate text from a prompt and report prefill/decode speed.
     Generate(GenerateArgs),
     /// List the models in $HEARTH_HOME/models.
@@ -143,6 +147,8 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Serve(args) => hearth::server::run_serve(args),
+        Command::Bench(args) => hearth::bench::run_bench(args),
         Command::Generate(args) => generate(args),
         Command::Models { json } => list_models(json),
         Command::Anonymize { json } => anonymize(json),
