@@ -30,8 +30,8 @@ use hearth_models::{ModelConfig, Tokenizer};
 use tokio::sync::mpsc as tokio_mpsc;
 
 pub use self::metrics::{Metrics, SchedulerStatus};
-pub use crate::engine::FinishReason;
 use crate::engine::sampling::{Sampled, SamplingParams};
+pub use crate::engine::FinishReason;
 
 /// Limits and budgets of the scheduler (admission rules live here, as data).
 #[derive(Debug, Clone)]
