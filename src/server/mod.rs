@@ -1,1 +1,351 @@
-//! OpenAI-compatible HTTP API (in progress).
+//! The OpenAI-compatible HTTP API (`hearth serve`), on axum and tokio.
+//!
+//! Shape: [`router`] declares every route in one place; handlers parse and
+//! validate ([`protocol`], [`extract`]), turn the request into scheduler
+//! jobs, and encode what comes back as JSON or SSE; shared state is one
+//! `Arc<`[`AppState`]`>`. Nothing HTTP reaches the scheduler: it sees
+//! [`crate::scheduler::Job`]s and answers with token ids, which
+//! [`generation`] turns into text (stop strings, thinking split) here.
+//!
+//! | route | handler |
+//! |---|---|
+//! | `POST /v1/chat/completions` | [`chat`] |
+//! | `POST /v1/completions` | [`completions`] |
+//! | `GET /v1/models`, `GET /v1/models/{model}` | [`info`] |
+//! | `GET /health`, `GET /metrics` | [`info`] |
+//!
+//! The same routes answer without the `/v1` prefix. Errors are OpenAI's
+//! JSON shape ([`error`]). A client that disconnects drops its response,
+//! which drops the job handles and so cancels the jobs at the next engine
+//! step. On SIGINT/SIGTERM the server stops accepting connections, lets
+//! running requests finish for a grace period, closes what is left, then
+//! stops the engine. See docs/api.md.
+
+pub mod chat;
+pub mod completions;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod generation;
+pub mod info;
+pub mod jobs;
+pub mod protocol;
+pub mod reasoning;
+pub mod state;
+
+use std::{
+    future::{Future, IntoFuture},
+    io::Write,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use axum::{
+    extract::{DefaultBodyLimit, Request, State},
+    middleware::{self, Next},
+    response::Response,
+    routing::{get, post},
+    Router,
+};
+use tower_http::{
+    cors::{AllowOrigin, Any, CorsLayer},
+    trace::TraceLayer,
+};
+
+pub use self::{
+    config::{ConfigError, ServerSettings},
+    error::ApiError,
+    state::AppState,
+};
+use crate::{home, scheduler::SchedulerHandle};
+
+/// Every route of the API.
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = state.settings.max_body_bytes;
+    let cors = cors_layer(&state.settings.cors_origins);
+    let api = Router::new()
+        .route("/chat/completions", post(chat::chat_completions))
+        .route("/completions", post(completions::completions))
+        .route("/models", get(info::list_models))
+        .route("/models/{model}", get(info::get_model));
+    Router::new()
+        .nest("/v1", api.clone())
+        .merge(api)
+        .route("/health", get(info::health))
+        .route("/metrics", get(info::metrics))
+        .fallback(info::not_found)
+        .method_not_allowed_fallback(info::method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_responses,
+        ))
+        .layer(tower::util::option_layer(cors))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let layer = CorsLayer::new().allow_methods(Any).allow_headers(Any);
+    if origins.iter().any(|o| o == "*") {
+        return Some(layer.allow_origin(Any));
+    }
+    let values: Vec<_> = origins.iter().filter_map(|o| o.parse().ok()).collect();
+    Some(layer.allow_origin(AllowOrigin::list(values)))
+}
+
+async fn count_responses(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    state.record_response(response.status().as_u16());
+    response
+}
+
+/// Why the server could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Model(#[from] home::ModelLookupError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot load the model {}: {reason:#}", path.display())]
+    Load {
+        path: PathBuf,
+        reason: anyhow::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Binds, loads the model, serves until `shutdown` resolves, drains (up to
+/// the grace period), stops the engine. Prints
+/// `hearth serve: listening on http://ADDR` on stdout once requests are
+/// served (tests and scripts wait for that line; with port 0 it names the
+/// port picked).
+pub async fn serve(
+    settings: ServerSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    settings.validate()?;
+    let addr = settings.socket_addr()?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let local = listener.local_addr()?;
+    let path = home::resolve_model(settings.model.as_deref())?;
+
+    let scheduler_config = settings.scheduler_config();
+    let load_path = path.clone();
+    let scheduler =
+        tokio::task::spawn_blocking(move || SchedulerHandle::start(load_path, scheduler_config))
+            .await
+            .map_err(|e| ServeError::Load {
+                path: path.clone(),
+                reason: anyhow::anyhow!("the loading task failed: {e}"),
+            })?
+            .map_err(|reason| ServeError::Load {
+                path: path.clone(),
+                reason,
+            })?;
+    let grace = settings.shutdown_grace();
+    let state = Arc::new(AppState::new(scheduler.clone(), settings));
+    let app = router(state.clone());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|&stop| stop).await;
+    };
+
+    tracing::info!(model = %state.model_id, %local, "serving");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "hearth serve: listening on http://{local} (model {}; OpenAI base URL http://{local}/v1)",
+            state.model_id
+        );
+        let _ = out.flush();
+    }
+
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped(stop_rx.clone()))
+        .into_future();
+    let drain_state = state.clone();
+    let deadline = async move {
+        stopped(stop_rx).await;
+        drain_state.begin_shutdown();
+        tracing::info!(
+            grace_seconds = grace.as_secs_f64(),
+            "shutting down: draining"
+        );
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = server => result?,
+        () = deadline => tracing::warn!("grace period over; closing the remaining connections"),
+    }
+    // The listener is closed here; stop the engine (cancelling anything
+    // still running) and free the model.
+    let engine = scheduler.clone();
+    let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM; a second one exits at once.
+pub async fn shutdown_signal() {
+    wait_for_signal().await;
+    tokio::spawn(async {
+        wait_for_signal().await;
+        eprintln!("hearth serve: second signal, exiting now");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    () = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => ctrl_c.await,
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+}
+
+/// `hearth serve` flags; each overrides the same key of `--config`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Config file (TOML or JSON) whose keys are these flags' names.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to bind [default: 127.0.0.1].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to bind; 0 picks a free one [default: 8000].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Model path or name in $HEARTH_HOME/models [default: the default model].
+    #[arg(long, env = "HEARTH_MODEL")]
+    pub model: Option<String>,
+    /// Another name the model answers to (repeatable; `default` always works).
+    #[arg(long = "alias")]
+    pub aliases: Vec<String>,
+    /// Most sequences running at once [default: 8].
+    #[arg(long)]
+    pub max_running: Option<usize>,
+    /// Most requests waiting; beyond it requests get 429 [default: 64].
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// Tokens per engine step, decodes plus prompt chunks [default: 512].
+    #[arg(long)]
+    pub step_token_budget: Option<usize>,
+    /// Most prompt tokens of one sequence per forward pass [default: 512].
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
+    /// KV cache memory budget in bytes [default: derived from system memory].
+    #[arg(long)]
+    pub kv_memory_budget: Option<usize>,
+    /// Largest request body in bytes; larger ones get 413 [default: 16 MiB].
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+    /// Most choices (`n`) per request [default: 16].
+    #[arg(long)]
+    pub max_n: Option<usize>,
+    /// Seconds running requests get to finish on SIGINT/SIGTERM [default: 10].
+    #[arg(long)]
+    pub shutdown_grace_seconds: Option<f64>,
+    /// Origin allowed by CORS (repeatable; `*` for any) [default: none].
+    #[arg(long = "cors-origin")]
+    pub cors_origins: Vec<String>,
+}
+
+impl ServeArgs {
+    /// Defaults, then the config file, then the flags given.
+    pub fn into_settings(self) -> Result<ServerSettings, ConfigError> {
+        let mut s = match &self.config {
+            Some(path) => ServerSettings::from_file(path)?,
+            None => ServerSettings::default(),
+        };
+        if let Some(v) = self.host {
+            s.host = v;
+        }
+        if let Some(v) = self.port {
+            s.port = v;
+        }
+        if let Some(v) = self.model {
+            s.model = Some(v);
+        }
+        if !self.aliases.is_empty() {
+            s.aliases = self.aliases;
+        }
+        if let Some(v) = self.max_running {
+            s.max_running = v;
+        }
+        if let Some(v) = self.max_queue {
+            s.max_queue = v;
+        }
+        if let Some(v) = self.step_token_budget {
+            s.step_token_budget = v;
+        }
+        if let Some(v) = self.prefill_chunk {
+            s.prefill_chunk = v;
+        }
+        if let Some(v) = self.kv_memory_budget {
+            s.kv_memory_budget = Some(v);
+        }
+        if let Some(v) = self.max_body_bytes {
+            s.max_body_bytes = v;
+        }
+        if let Some(v) = self.max_n {
+            s.max_n = v;
+        }
+        if let Some(v) = self.shutdown_grace_seconds {
+            s.shutdown_grace_seconds = v;
+        }
+        if !self.cors_origins.is_empty() {
+            s.cors_origins = self.cors_origins;
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+/// `hearth serve`: runs the server on its own tokio runtime until SIGINT or
+/// SIGTERM.
+pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = args.into_settings()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("hearth-http")
+        .build()?;
+    runtime.block_on(serve(settings, shutdown_signal()))?;
+    // Connection tasks still open after the grace period end with the runtime.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Hearth vs mlx_lm.server on MLX's CUDA backend (one NVIDIA H200), same run,
+# same dummy checkpoint, same client (`hearth bench --compare`, alternating).
+#
+# Two device calls (the CUDA wheel is larger than one call carries):
+#   1. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,run}/
+#      device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
+#   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
+# Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
+#
+# The Hearth binary is the one built here on Debian 12 (linked against the
+# mlx-cpu wheel's libmlx.so); on the device LD_LIBRARY_PATH points it at the
+# mlx-cuda-13 wheel's libmlx.so instead (same MLX version, same symbols).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+phase=${1:?prepare|stash|run}
+WHEEL=mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl
+STASH=/root/stash
+
+case "$phase" in
+prepare)
+  mkdir -p .whl .device/stash .device/run
+  [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
+      --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
+      --platform manylinux_2_17_x86_64 -d .whl mlx==0.32.2 mlx-cuda-13==0.32.2 mlx-lm==0.32.2
+  head -c 46000000 .whl/$WHEEL > .device/stash/wheel.part1
+  tail -c +46000001 .whl/$WHEEL > .device/run/wheel.part2
+  sha256sum .whl/$WHEEL | cut -d' ' -f1 > .device/run/wheel.sha256
+  cp .whl/mlx-0.32.2-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
+  xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
+  cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash/
+  strip -o .device/run/hearth target/release/hearth
+  xz -f .device/run/hearth
+  du -sh .device/stash .device/run
+  ;;
+stash)
+  mkdir -p $STASH && cp .device/stash/* $STASH/ && ls -la $STASH
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  ;;
+run)
+  exec > >(tee "$OUT/h200.log") 2>&1
+  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
+  echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
+  ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
+  export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
+  cp $STASH/tokenizer_config.json /tmp/tok/
+  xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
+  H=/tmp/hearth
+  ldd $H | grep -E "mlx|not found" || true
+
+  # Copy bandwidth (bytes read + written) through MLX, for the decode bound.
+  python3 - <<'EOF' | tee "$OUT/bandwidth.txt"
+import time, mlx.core as mx
+a = mx.random.normal((1 << 30,), dtype=mx.bfloat16); mx.eval(a)
+for _ in range(3): b = a + 1; mx.eval(b)
+t = time.perf_counter(); n = 10
+for _ in range(n): b = a + 1; mx.eval(b)
+dt = (time.perf_counter() - t) / n
+print(f"copy_bandwidth_GBps {2 * a.nbytes / dt / 1e9:.0f}")
+print("device", mx.default_device())
+EOF
+
+  $H dev dummy-model --arch qwen3 --shape qwen3-8b --dtype bf16 --seed 1 \
+      --tokenizer /tmp/tok/tokenizer.json --out /tmp/q8b
+  ( $H serve --model /tmp/q8b --port 8000 --max-running 16 --max-queue 256 > "$OUT/hearth-serve.log" 2>&1 & )
+  ( python3 -m mlx_lm server --model /tmp/q8b --port 8081 > "$OUT/mlx-lm-serve.log" 2>&1 & )
+  for port in 8000 8081; do
+    for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
+  done
+  curl -s localhost:8000/v1/models; echo
+  # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
+  for target in 8000:default 8081:/tmp/q8b; do
+    port=${target%%:*} model=${target#*:}
+    for c in 1 4 16; do
+      for _ in $(seq 1 $c); do
+        curl -s localhost:$port/v1/completions -H 'content-type: application/json' \
+          -d "{\"model\":\"$model\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
+      done
+      wait
+    done
+  done
+  timeout 420 $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
+      --scenarios sweep --concurrency 1,2,4,8,16 --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
+      --repeats 3 --warmup 1 --tokenizer /tmp/tok/tokenizer.json \
+      --json-out "$OUT/h200-dense.json" --markdown-out "$OUT/h200-dense.md" || echo "bench exit $?"
+  curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics.txt" || true
+  cat "$OUT/h200-dense.md" 2>/dev/null | tail -40
+  ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
+esac

@@ -1,0 +1,446 @@
+//! `POST /v1/chat/completions`: messages through the chat template, `n`
+//! jobs, then one JSON body or an SSE stream of `chat.completion.chunk`s.
+//!
+//! Stream shape (as OpenAI sends it): per choice a first chunk with
+//! `delta.role` (and `content: ""`), one chunk per generated token with its
+//! `content` or `reasoning_content` delta (empty while text is held back, so
+//! chunks count tokens exactly), a last chunk per choice with an empty delta
+//! (or the final held-back text) and `finish_reason`; with
+//! `stream_options.include_usage` every chunk carries `usage: null` and one
+//! more chunk with no choices carries the usage; then `data: [DONE]`.
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    response::{IntoResponse, Response},
+    Json,
+};
+use hearth_models::{tokenizer::TokenizerError, Tokenizer};
+use tokio::sync::mpsc;
+
+use super::{
+    error::ApiError,
+    extract::ApiJson,
+    generation::{
+        failure, finite_logprob, next_event, ChoiceDecoder, ChoiceEnd, TokenLabels, TokenStep,
+    },
+    jobs::{
+        log_done, prompt_error, sse_channel, sse_error_frame, sse_frame, submit_choices,
+        total_usage, ChoiceCounts, StreamContext, SSE_DONE,
+    },
+    protocol::{
+        ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatCompletionRequest, ChatDelta,
+        ChatLogprobs, ChatMessageOut, TokenLogprob, TopLogprob, Usage,
+    },
+    reasoning::{prompt_opens_reasoning, ReasoningSplitter},
+    state::{unix_now, AppState},
+};
+use crate::{
+    engine::sampling::Sampled,
+    scheduler::{JobEvent, JobHandle},
+};
+
+/// Everything about one chat request after validation.
+struct ChatJob {
+    ctx: StreamContext,
+    prompt_len: usize,
+    /// `Some(starts_inside_think_block)` when the model thinks.
+    reasoning: Option<bool>,
+}
+
+impl ChatJob {
+    fn decoder<'t>(&'t self, tokenizer: &'t Tokenizer) -> ChoiceDecoder<'t> {
+        let options = &self.ctx.options;
+        let splitter = match (&self.ctx.state.think_tags, self.reasoning) {
+            (Some(tags), Some(starts_inside)) => {
+                Some(ReasoningSplitter::new(tags.clone(), starts_inside))
+            }
+            _ => None,
+        };
+        ChoiceDecoder::new(
+            tokenizer,
+            &options.stop,
+            &options.stop_token_ids,
+            &self.ctx.state.scheduler.info().eos_token_ids,
+            options.stop_at_eos,
+            splitter,
+        )
+    }
+
+    fn wants_logprobs(&self) -> bool {
+        self.ctx.options.sampling.logprobs
+    }
+}
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    ApiJson(request): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    state.check_accepting()?;
+    state.resolve_model(request.model.as_deref())?;
+    request.check_unsupported()?;
+    let vocab_size = state.scheduler.info().config.vocab_size;
+    let options = request
+        .raw_options()?
+        .validate(vocab_size, state.settings.max_n)?;
+    let messages = request.template_messages()?;
+    let template_options = request.template_options();
+    drop(request);
+
+    let tokenizer = state.scheduler.tokenizer().clone();
+    let (prompt_text, prompt_tokens) =
+        tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {
+            let text = tokenizer.apply_chat_template(&messages, &template_options)?;
+            // The template already holds any BOS token.
+            let ids = tokenizer.encode(&text, false)?;
+            Ok((text, ids))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
+        .map_err(prompt_error)?;
+    let reasoning = state
+        .think_tags
+        .as_ref()
+        .map(|tags| prompt_opens_reasoning(&prompt_text, tags));
+    drop(prompt_text);
+
+    let handles = submit_choices(&state, &prompt_tokens, &options, 0, "messages")?;
+    let job = ChatJob {
+        prompt_len: prompt_tokens.len(),
+        reasoning,
+        ctx: StreamContext {
+            state,
+            id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            created: unix_now(),
+            options,
+            started: Instant::now(),
+        },
+    };
+    if job.ctx.options.stream {
+        let (tx, response) = sse_channel();
+        tokio::spawn(stream_chat(job, handles, tx));
+        Ok(response)
+    } else {
+        let completion = collect_chat(&job, handles).await?;
+        Ok(Json(completion).into_response())
+    }
+}
+
+/// The logprobs entry of one token.
+fn token_logprob(labels: &mut TokenLabels<'_>, sampled: &Sampled) -> TokenLogprob {
+    let (token, bytes) = labels.label(sampled.token);
+    let top_logprobs = sampled
+        .top_logprobs
+        .iter()
+        .map(|&(id, logprob)| {
+            let (token, bytes) = labels.label(id);
+            TopLogprob {
+                token,
+                logprob: finite_logprob(logprob),
+                bytes,
+            }
+        })
+        .collect();
+    TokenLogprob {
+        token,
+        logprob: finite_logprob(sampled.logprob.unwrap_or(0.0)),
+        bytes,
+        top_logprobs,
+    }
+}
+
+/// One choice of a whole (non-streamed) response.
+#[derive(Default)]
+struct Collected {
+    content: String,
+    reasoning: String,
+    logprobs: Vec<TokenLogprob>,
+    end: Option<ChoiceEnd>,
+    counts: ChoiceCounts,
+}
+
+async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatCompletion, ApiError> {
+    let state = &job.ctx.state;
+    let tokenizer = state.scheduler.tokenizer().clone();
+    let mut labels = TokenLabels::new(&tokenizer);
+    let mut handles: Vec<Option<JobHandle>> = handles.into_iter().map(Some).collect();
+    let mut decoders: Vec<ChoiceDecoder<'_>> =
+        handles.iter().map(|_| job.decoder(&tokenizer)).collect();
+    let mut choices: Vec<Collected> = handles.iter().map(|_| Collected::default()).collect();
+    let mut turn = 0;
+    let tokenizer_error = |e: TokenizerError| ApiError::internal(format!("detokenizing: {e}"));
+
+    while let Some((i, event)) = next_event(&mut handles, &mut turn).await {
+        let (decoder, choice) = (&mut decoders[i], &mut choices[i]);
+        match event {
+            JobEvent::Token(sampled) => {
+                if decoder.stopped {
+                    continue;
+                }
+                let step = decoder.push(&sampled).map_err(tokenizer_error)?;
+                choice.content.push_str(&step.text.content);
+                choice.reasoning.push_str(&step.text.reasoning);
+                if job.wants_logprobs() && !step.is_eos {
+                    choice.logprobs.push(token_logprob(&mut labels, &sampled));
+                }
+                if step.stopped && !step.is_eos {
+                    // A stop string or stop token: cancel the job now.
+                    handles[i] = None;
+                    choice.end = Some(ChoiceEnd::Stop);
+                    choice.counts = ChoiceCounts::new(job.prompt_len, decoder.tokens, None);
+                }
+            }
+            JobEvent::Finished(summary) => {
+                handles[i] = None;
+                if !decoder.stopped {
+                    let rest = decoder.finish().map_err(tokenizer_error)?;
+                    choice.content.push_str(&rest.content);
+                    choice.reasoning.push_str(&rest.reasoning);
+                }
+                choice.end = Some(if decoder.stopped {
+                    ChoiceEnd::Stop
+                } else {
+                    ChoiceEnd::from_summary(&summary)?
+                });
+                choice.counts = ChoiceCounts::new(job.prompt_len, decoder.tokens, Some(&summary));
+            }
+            JobEvent::Failed(message) => {
+                return Err(failure(&message, state.is_shutting_down()));
+            }
+        }
+    }
+
+    let usage = total_usage(&choices.iter().map(|c| (0, c.counts)).collect::<Vec<_>>());
+    let choices = choices
+        .into_iter()
+        .zip(&decoders)
+        .enumerate()
+        .map(|(index, (c, decoder))| ChatChoice {
+            index,
+            message: ChatMessageOut {
+                role: "assistant",
+                content: Some(c.content),
+                reasoning_content: decoder.saw_reasoning().then_some(c.reasoning),
+            },
+            logprobs: job.wants_logprobs().then_some(ChatLogprobs {
+                content: c.logprobs,
+            }),
+            finish_reason: c.end.unwrap_or(ChoiceEnd::Length).as_str(),
+        })
+        .collect();
+    log_done(&job.ctx, "chat", &usage);
+    Ok(ChatCompletion {
+        id: job.ctx.id.clone(),
+        object: "chat.completion",
+        created: job.ctx.created,
+        model: state.model_id.clone(),
+        system_fingerprint: state.system_fingerprint.clone(),
+        choices,
+        usage,
+    })
+}
+
+/// Builds chunks of one request.
+struct ChunkWriter<'a> {
+    ctx: &'a StreamContext,
+}
+
+impl ChunkWriter<'_> {
+    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> Bytes {
+        let ctx = self.ctx;
+        sse_frame(&ChatChunk {
+            id: &ctx.id,
+            object: "chat.completion.chunk",
+            created: ctx.created,
+            model: &ctx.state.model_id,
+            system_fingerprint: &ctx.state.system_fingerprint,
+            choices,
+            usage: ctx.options.include_usage.then_some(usage),
+        })
+    }
+
+    fn choice(&self, index: usize, delta: ChatDelta, logprobs: Option<ChatLogprobs>) -> Bytes {
+        self.chunk(
+            vec![ChatChunkChoice {
+                index,
+                delta,
+                logprobs,
+                finish_reason: None,
+            }],
+            None,
+        )
+    }
+
+    fn finish(&self, index: usize, delta: ChatDelta, end: ChoiceEnd) -> Bytes {
+        self.chunk(
+            vec![ChatChunkChoice {
+                index,
+                delta,
+                logprobs: None,
+                finish_reason: Some(end.as_str()),
+            }],
+            None,
+        )
+    }
+}
+
+/// The delta of one token step: the non-empty channels, or an empty string
+/// in the current channel when the token's text is held back.
+fn step_delta(step: &TokenStep, in_reasoning: bool) -> ChatDelta {
+    let (reasoning, content) = (&step.text.reasoning, &step.text.content);
+    match (reasoning.is_empty(), content.is_empty()) {
+        (true, true) if in_reasoning => ChatDelta {
+            reasoning_content: Some(String::new()),
+            ..ChatDelta::default()
+        },
+        (true, true) => ChatDelta {
+            content: Some(String::new()),
+            ..ChatDelta::default()
+        },
+        _ => ChatDelta {
+            role: None,
+            content: (!content.is_empty()).then(|| content.clone()),
+            reasoning_content: (!reasoning.is_empty()).then(|| reasoning.clone()),
+        },
+    }
+}
+
+/// A delta holding the given text, or an empty one.
+fn text_delta(reasoning: String, content: String) -> ChatDelta {
+    ChatDelta {
+        role: None,
+        content: (!content.is_empty()).then_some(content),
+        reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+    }
+}
+
+/// Pumps job events into SSE frames until every choice is done or the
+/// client is gone (then the handles drop here and the jobs are cancelled).
+async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Bytes>) {
+    let tokenizer = job.ctx.state.scheduler.tokenizer().clone();
+    let mut labels = TokenLabels::new(&tokenizer);
+    let writer = ChunkWriter { ctx: &job.ctx };
+    let mut handles: Vec<Option<JobHandle>> = handles.into_iter().map(Some).collect();
+    let mut decoders: Vec<ChoiceDecoder<'_>> =
+        handles.iter().map(|_| job.decoder(&tokenizer)).collect();
+    let mut counts: Vec<(usize, ChoiceCounts)> = handles
+        .iter()
+        .map(|_| (0, ChoiceCounts::default()))
+        .collect();
+    // Text flushed by an end-of-sequence token, sent with the finish chunk.
+    let mut pending: Vec<(String, String)> = handles.iter().map(|_| Default::default()).collect();
+
+    macro_rules! send {
+        ($frame:expr) => {
+            if tx.send($frame).await.is_err() {
+                tracing::debug!(id = %job.ctx.id, "client went away; cancelling");
+                return;
+            }
+        };
+    }
+
+    for index in 0..handles.len() {
+        let first = ChatDelta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+            reasoning_content: None,
+        };
+        send!(writer.choice(index, first, None));
+    }
+
+    let mut turn = 0;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = tx.closed() => {
+                tracing::debug!(id = %job.ctx.id, "client went away; cancelling");
+                return;
+            }
+            next = next_event(&mut handles, &mut turn) => next,
+        };
+        let Some((i, event)) = next else { break };
+        match event {
+            JobEvent::Token(sampled) => {
+                let decoder = &mut decoders[i];
+                if decoder.stopped {
+                    continue;
+                }
+                let step = match decoder.push(&sampled) {
+                    Ok(step) => step,
+                    Err(e) => {
+                        let _ = tx
+                            .send(sse_error_frame(&ApiError::internal(format!(
+                                "detokenizing: {e}"
+                            ))))
+                            .await;
+                        return;
+                    }
+                };
+                if step.is_eos {
+                    // Counted; its place is the finish chunk.
+                    let slot = &mut pending[i];
+                    slot.0.push_str(&step.text.reasoning);
+                    slot.1.push_str(&step.text.content);
+                    continue;
+                }
+                let logprobs = job.wants_logprobs().then(|| ChatLogprobs {
+                    content: vec![token_logprob(&mut labels, &sampled)],
+                });
+                send!(writer.choice(i, step_delta(&step, decoder.in_reasoning()), logprobs));
+                if step.stopped {
+                    handles[i] = None;
+                    counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, None);
+                    send!(writer.finish(i, ChatDelta::default(), ChoiceEnd::Stop));
+                }
+            }
+            JobEvent::Finished(summary) => {
+                handles[i] = None;
+                let decoder = &mut decoders[i];
+                let (mut reasoning, mut content) = std::mem::take(&mut pending[i]);
+                if !decoder.stopped {
+                    match decoder.finish() {
+                        Ok(rest) => {
+                            reasoning.push_str(&rest.reasoning);
+                            content.push_str(&rest.content);
+                        }
+                        Err(e) => {
+                            let _ = tx
+                                .send(sse_error_frame(&ApiError::internal(format!(
+                                    "detokenizing: {e}"
+                                ))))
+                                .await;
+                            return;
+                        }
+                    }
+                }
+                let end = if decoder.stopped {
+                    ChoiceEnd::Stop
+                } else {
+                    match ChoiceEnd::from_summary(&summary) {
+                        Ok(end) => end,
+                        Err(error) => {
+                            let _ = tx.send(sse_error_frame(&error)).await;
+                            return;
+                        }
+                    }
+                };
+                counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, Some(&summary));
+                send!(writer.finish(i, text_delta(reasoning, content), end));
+            }
+            JobEvent::Failed(message) => {
+                let error = failure(&message, job.ctx.state.is_shutting_down());
+                let _ = tx.send(sse_error_frame(&error)).await;
+                return;
+            }
+        }
+    }
+
+    let usage = total_usage(&counts);
+    if job.ctx.options.include_usage {
+        send!(writer.chunk(Vec::new(), Some(usage)));
+    }
+    send!(Bytes::from_static(SSE_DONE));
+    log_done(&job.ctx, "chat", &usage);
+}

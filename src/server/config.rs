@@ -1,0 +1,271 @@
+//! Settings of `hearth serve`, shared by the command line, a config file and
+//! (later) the menu-bar app.
+//!
+//! [`ServerSettings`] is plain serde data. Its keys are the command-line flags
+//! (`max_running` or `max-running`, both spellings are accepted), so a config
+//! file reads like the command line it replaces:
+//!
+//! ```toml
+//! host = "127.0.0.1"
+//! port = 8000
+//! model = "SmolLM2-135M-Instruct.Q4_1.gguf"
+//! max-running = 8
+//! max-queue = 64
+//! ```
+//!
+//! Precedence: built-in defaults, then the config file (`--config`, TOML or
+//! JSON by extension, JSON also sniffed from a leading `{`), then the flags
+//! given on the command line.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::SchedulerConfig;
+
+/// Everything `hearth serve` can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to bind (default 127.0.0.1: only this machine can connect).
+    pub host: String,
+    /// Port to bind (default 8000; 0 picks a free one and prints it).
+    pub port: u16,
+    /// Model path, or name in `$HEARTH_HOME/models`; `None` = the default model.
+    pub model: Option<String>,
+    /// Extra names the served model answers to (`default` always does).
+    pub aliases: Vec<String>,
+    /// Most sequences prefilling or decoding at once.
+    #[serde(alias = "max-running")]
+    pub max_running: usize,
+    /// Most requests waiting for a slot; beyond it requests get 429.
+    #[serde(alias = "max-queue")]
+    pub max_queue: usize,
+    /// Tokens processed per engine step (decodes plus prompt chunks).
+    #[serde(alias = "step-token-budget")]
+    pub step_token_budget: usize,
+    /// Most prompt tokens of one sequence per forward pass.
+    #[serde(alias = "prefill-chunk")]
+    pub prefill_chunk: usize,
+    /// Bytes the KV caches may use; `None` = derived from system memory.
+    #[serde(alias = "kv-memory-budget")]
+    pub kv_memory_budget: Option<usize>,
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[serde(alias = "max-body-bytes")]
+    pub max_body_bytes: usize,
+    /// Most choices (`n`) one request may ask for.
+    #[serde(alias = "max-n")]
+    pub max_n: usize,
+    /// Seconds running requests get to finish after SIGINT/SIGTERM.
+    #[serde(alias = "shutdown-grace-seconds")]
+    pub shutdown_grace_seconds: f64,
+    /// Origins allowed by CORS (`*` for any); empty = no CORS headers.
+    #[serde(alias = "cors-origins")]
+    pub cors_origins: Vec<String>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        let scheduler = SchedulerConfig::default();
+        ServerSettings {
+            host: "127.0.0.1".into(),
+            port: 8000,
+            model: None,
+            aliases: Vec::new(),
+            max_running: scheduler.max_running,
+            max_queue: scheduler.max_queue,
+            step_token_budget: scheduler.step_token_budget,
+            prefill_chunk: scheduler.prefill_chunk,
+            kv_memory_budget: scheduler.kv_memory_budget,
+            max_body_bytes: 16 * 1024 * 1024,
+            max_n: 16,
+            shutdown_grace_seconds: 10.0,
+            cors_origins: Vec::new(),
+        }
+    }
+}
+
+/// A config file could not be used, or the settings are inconsistent.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {} is not valid JSON for hearth serve: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("config file {} is not valid TOML for hearth serve: {source}", path.display())]
+    Toml {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid setting `{name}`: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}
+
+impl ServerSettings {
+    /// Reads a TOML or JSON config file (missing keys keep their defaults).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+            || text.trim_start().starts_with('{');
+        if is_json {
+            serde_json::from_str(&text).map_err(|source| ConfigError::Json {
+                path: path.to_path_buf(),
+                source,
+            })
+        } else {
+            toml::from_str(&text).map_err(|source| ConfigError::Toml {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+
+    /// Checks values that would otherwise fail later, less clearly.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |name, reason: &str| {
+            Err(ConfigError::Invalid {
+                name,
+                reason: reason.to_string(),
+            })
+        };
+        if self.host.parse::<IpAddr>().is_err() && self.host != "localhost" {
+            return invalid("host", "must be an IP address (or `localhost`)");
+        }
+        if self.max_running == 0 {
+            return invalid("max_running", "must be at least 1");
+        }
+        if self.step_token_budget == 0 {
+            return invalid("step_token_budget", "must be at least 1");
+        }
+        if self.prefill_chunk == 0 {
+            return invalid("prefill_chunk", "must be at least 1");
+        }
+        if self.max_body_bytes < 1024 {
+            return invalid("max_body_bytes", "must be at least 1024");
+        }
+        if self.max_n == 0 {
+            return invalid("max_n", "must be at least 1");
+        }
+        if !(self.shutdown_grace_seconds.is_finite() && self.shutdown_grace_seconds >= 0.0) {
+            return invalid("shutdown_grace_seconds", "must be a number >= 0");
+        }
+        if self.aliases.iter().any(|a| a.trim().is_empty()) {
+            return invalid("aliases", "an alias may not be empty");
+        }
+        Ok(())
+    }
+
+    /// The address to bind.
+    pub fn socket_addr(&self) -> Result<SocketAddr, ConfigError> {
+        let ip: IpAddr = if self.host == "localhost" {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            self.host.parse().map_err(|_| ConfigError::Invalid {
+                name: "host",
+                reason: format!("`{}` is not an IP address", self.host),
+            })?
+        };
+        Ok(SocketAddr::new(ip, self.port))
+    }
+
+    /// The scheduler's part of the settings.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_running: self.max_running,
+            max_queue: self.max_queue,
+            step_token_budget: self.step_token_budget,
+            prefill_chunk: self.prefill_chunk,
+            kv_memory_budget: self.kv_memory_budget,
+        }
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs_f64(self.shutdown_grace_seconds.clamp(0.0, 86_400.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    #[test]
+    fn toml_and_json_accept_flag_spellings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let toml_path = write(
+            dir.path(),
+            "serve.toml",
+            "port = 9000\nmax-running = 3\nmax_queue = 5\naliases = [\"gpt-4o\"]\n",
+        );
+        let s = ServerSettings::from_file(&toml_path).expect("toml");
+        assert_eq!(s.port, 9000);
+        assert_eq!(s.max_running, 3);
+        assert_eq!(s.max_queue, 5);
+        assert_eq!(s.aliases, vec!["gpt-4o".to_string()]);
+        assert_eq!(s.host, "127.0.0.1");
+
+        let json_path = write(
+            dir.path(),
+            "serve.conf",
+            r#"{"host": "0.0.0.0", "max-queue": 2, "model": "x.gguf"}"#,
+        );
+        let s = ServerSettings::from_file(&json_path).expect("json");
+        assert_eq!(s.host, "0.0.0.0");
+        assert_eq!(s.max_queue, 2);
+        assert_eq!(s.model.as_deref(), Some("x.gguf"));
+        assert_eq!(s.port, 8000);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), "bad.toml", "prot = 1\n");
+        let err = ServerSettings::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("prot"), "{err}");
+
+        let s = ServerSettings {
+            max_running: 0,
+            ..ServerSettings::default()
+        };
+        assert!(s.validate().is_err());
+        let s = ServerSettings {
+            host: "not a host".into(),
+            ..ServerSettings::default()
+        };
+        assert!(s.validate().is_err());
+        assert!(ServerSettings::default().validate().is_ok());
+    }
+
+    #[test]
+    fn localhost_binds_loopback() {
+        let s = ServerSettings {
+            host: "localhost".into(),
+            port: 1234,
+            ..ServerSettings::default()
+        };
+        assert_eq!(
+            s.socket_addr().expect("addr"),
+            "127.0.0.1:1234".parse().expect("addr")
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! The small endpoints: `GET /v1/models`, `GET /v1/models/{model}`,
+//! `GET /health`, `GET /metrics`, and the OpenAI-shaped 404/405 fallbacks.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Path, State},
+    http::{header, Method, StatusCode, Uri},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+
+use super::{
+    error::ApiError,
+    protocol::{ModelCard, ModelList},
+    state::AppState,
+};
+
+fn model_card(state: &AppState) -> ModelCard {
+    ModelCard {
+        id: state.model_id.clone(),
+        object: "model",
+        created: state.created,
+        owned_by: "hearth",
+        context_length: state.scheduler.info().context_length,
+        aliases: state.aliases.clone(),
+    }
+}
+
+pub async fn list_models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list",
+        data: vec![model_card(&state)],
+    })
+}
+
+pub async fn get_model(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+) -> Result<Json<ModelCard>, ApiError> {
+    if state.is_served_model(&model) {
+        Ok(Json(model_card(&state)))
+    } else {
+        Err(ApiError::model_not_found(&model, &state.model_id))
+    }
+}
+
+/// 200 with the scheduler's status while serving; 503 while draining.
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let status = state.scheduler.status();
+    let draining = state.is_shutting_down();
+    let body = json!({
+        "status": if draining { "shutting_down" } else { "ok" },
+        "model": state.model_id,
+        "queued": status.queued,
+        "running": status.running,
+        "kv_bytes_used": status.kv_bytes_used,
+        "kv_bytes_budget": status.kv_bytes_budget,
+    });
+    let code = if draining {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (code, Json(body)).into_response()
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state.render_metrics();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::route_not_found(method.as_str(), uri.path())
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
