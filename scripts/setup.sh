@@ -76,6 +76,12 @@ if [[ -x privacy/fetch-data.sh ]]; then
   privacy/fetch-data.sh >/dev/null
 fi
 
+# ---- JS test clients (npm `openai`, pinned by tests/clients/package-lock.json) --
+if [[ ! -d tests/clients/node_modules/openai ]]; then
+  log "npm ci (tests/clients)"
+  npm ci --prefix tests/clients --no-audit --no-fund --silent
+fi
+
 # ---- default model ------------------------------------------------------------
 HOME_DIR=${HEARTH_HOME:-}
 if [[ -z "$HOME_DIR" ]]; then
