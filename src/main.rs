@@ -139,7 +139,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = run(Cli::parse()) {
+    if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
