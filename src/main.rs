@@ -133,9 +133,16 @@ struct GenerateArgs {
 }
 
 fn main() {
+    let cli = Cli::parse();
+    // A server logs one line per request (counts and timings, never text).
+    let default_filter = match cli.command {
+        Command::Serve(_) => "warn,hearth=info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
