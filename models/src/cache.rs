@@ -370,7 +370,7 @@ mod tests {
             assert_eq!(ck.shape(), &[1, 2, total as i32, 4]);
             assert_eq!(cv.shape(), &[1, 2, total as i32, 4]);
             let expect = ops::concatenate(&all, 2).unwrap();
-            assert!(ck.array_eq(&expect, None).unwrap().item_cast::<bool>());
+            assert!(ck.eq_values(&expect).unwrap());
             assert!(cache.capacity() >= total && cache.capacity() % GROWTH_STEP == 0);
         }
         assert_eq!(cache.offset(), total);

@@ -397,6 +397,6 @@ mod tests {
         let config = ModelConfig::from_json(&raw, Path::new("c")).unwrap();
         let back =
             unpermute_llama_rows("model.layers.0.self_attn.q_proj.weight", gguf, &config).unwrap();
-        assert!(back.array_eq(&hf, None).unwrap().item_cast::<bool>());
+        assert!(back.eq_values(&hf).unwrap());
     }
 }

@@ -294,8 +294,11 @@ impl EngineLoop {
         }
     }
 
+    /// Prompt chunks first, so a short prompt that completes here samples its
+    /// first token before this step's decode pass (and joins it); the step
+    /// takes as long either way.
     fn step(&mut self) -> anyhow::Result<()> {
-        let decoders = self.decode_step()?;
+        let decoders = self.running.iter().filter(|s| s.decoding()).count();
         let mut budget = self
             .config
             .step_token_budget
@@ -319,16 +322,16 @@ impl EngineLoop {
             self.prefill_chunk(i, chunk)?;
             budget -= chunk;
         }
-        Ok(())
+        self.decode_step()
     }
 
-    /// One batched decode forward; returns how many sequences it served.
-    fn decode_step(&mut self) -> anyhow::Result<usize> {
+    /// One batched decode forward over every decoding sequence.
+    fn decode_step(&mut self) -> anyhow::Result<()> {
         let decoding: Vec<usize> = (0..self.running.len())
             .filter(|&i| self.running[i].decoding())
             .collect();
         if decoding.is_empty() {
-            return Ok(0);
+            return Ok(());
         }
         let span = self.rows.span();
         let mut positions = vec![0usize; span];
@@ -370,12 +373,11 @@ impl EngineLoop {
             }
             Sampler::sample_batch(&mut samplers, &logits)?
         };
-        let n = decoding.len();
         // Emit in reverse so finishing (which removes) keeps indices valid.
         for (&i, s) in decoding.iter().zip(sampled).rev() {
             self.emit(i, s);
         }
-        Ok(n)
+        Ok(())
     }
 
     /// Feeds `chunk` prompt tokens of sequence `i`; samples its first token

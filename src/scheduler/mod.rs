@@ -50,12 +50,22 @@ pub struct SchedulerConfig {
 }
 
 impl Default for SchedulerConfig {
+    /// Prompt chunks sized for the device: a short request arriving behind a
+    /// long prompt waits for at most one chunk, so chunks should take about
+    /// as long as a short prompt's own prefill. On a CPU that is ~128 tokens;
+    /// a GPU reads the weights once per forward whatever the chunk, so small
+    /// chunks would waste it (docs/scheduler.md).
     fn default() -> Self {
+        let (prefill_chunk, step_token_budget) = match crate::device::DeviceInfo::detect().backend {
+            "cuda" => (512, 1024),
+            "metal" => (256, 512),
+            _ => (128, 256),
+        };
         SchedulerConfig {
             max_running: 8,
             max_queue: 64,
-            step_token_budget: 512,
-            prefill_chunk: 512,
+            step_token_budget,
+            prefill_chunk,
             kv_memory_budget: None,
         }
     }

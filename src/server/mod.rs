@@ -262,10 +262,10 @@ pub struct ServeArgs {
     /// Most requests waiting; beyond it requests get 429 [default: 64].
     #[arg(long)]
     pub max_queue: Option<usize>,
-    /// Tokens per engine step, decodes plus prompt chunks [default: 512].
+    /// Tokens per engine step, decodes plus prompt chunks [default: by device: CPU 256, Metal 512, CUDA 1024].
     #[arg(long)]
     pub step_token_budget: Option<usize>,
-    /// Most prompt tokens of one sequence per forward pass [default: 512].
+    /// Most prompt tokens of one sequence per forward pass [default: by device: CPU 128, Metal 256, CUDA 512].
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
     /// KV cache memory budget in bytes [default: derived from system memory].
