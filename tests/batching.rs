@@ -156,7 +156,12 @@ fn cancelling_frees_the_row_and_memory() {
         Some(JobEvent::Token(_)) => {}
         other => panic!("expected a token, got {other:?}"),
     }
-    assert!(scheduler.status().kv_bytes_allocated > 0);
+    // Status is published at the end of each engine step.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while scheduler.status().kv_bytes_allocated == 0 {
+        assert!(std::time::Instant::now() < deadline, "KV never allocated");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     drop(cancel);
     let (tokens, reason, _) = collect(keep);
     assert_eq!((tokens.len(), reason), (8, FinishReason::Length));

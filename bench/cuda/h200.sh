@@ -46,6 +46,9 @@ run)
   ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  # mlx_lm.server's /v1/models scans the HF cache and fails if it is missing.
+  mkdir -p /tmp/hfcache && export HF_HUB_CACHE=/tmp/hfcache HF_HUB_OFFLINE=1
+  stamp() { echo "[$SECONDS s] $*"; }
   mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
   cp $STASH/tokenizer_config.json /tmp/tok/
   xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
@@ -64,30 +67,33 @@ print(f"copy_bandwidth_GBps {2 * a.nbytes / dt / 1e9:.0f}")
 print("device", mx.default_device())
 EOF
 
+  stamp "installed"
   $H dev dummy-model --arch qwen3 --shape qwen3-8b --dtype bf16 --seed 1 \
       --tokenizer /tmp/tok/tokenizer.json --out /tmp/q8b
   ( $H serve --model /tmp/q8b --port 8000 --max-running 16 --max-queue 256 > "$OUT/hearth-serve.log" 2>&1 & )
   ( python3 -m mlx_lm server --model /tmp/q8b --port 8081 > "$OUT/mlx-lm-serve.log" 2>&1 & )
+  stamp "dummy model written"
   for port in 8000 8081; do
-    for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
+    for _ in $(seq 1 120); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
   done
   curl -s localhost:8000/v1/models; echo
+  stamp "servers up"
   # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
-  for target in 8000:default 8081:/tmp/q8b; do
-    port=${target%%:*} model=${target#*:}
-    for c in 1 4 16; do
-      for _ in $(seq 1 $c); do
-        curl -s localhost:$port/v1/completions -H 'content-type: application/json' \
-          -d "{\"model\":\"$model\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
-      done
-      wait
+  warm() {  # port model concurrency
+    for _ in $(seq 1 $3); do
+      curl -s localhost:$1/v1/completions -H 'content-type: application/json' \
+        -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
     done
-  done
-  timeout 420 $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
+    wait
+  }
+  for c in 1 16; do (warm 8000 default $c) & (warm 8081 /tmp/q8b $c) & wait; done
+  stamp "warmed up"
+  timeout $((570 - SECONDS)) $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
       --scenarios sweep --concurrency 1,2,4,8,16 --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
-      --repeats 3 --warmup 1 --tokenizer /tmp/tok/tokenizer.json \
+      --repeats 3 --warmup 0 --tokenizer /tmp/tok/tokenizer.json \
       --json-out "$OUT/h200-dense.json" --markdown-out "$OUT/h200-dense.md" || echo "bench exit $?"
   curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics.txt" || true
+  stamp "bench done"
   cat "$OUT/h200-dense.md" 2>/dev/null | tail -40
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::{
+    check::CountPolicy,
     config::{Api, BenchConfig, InterferenceConfig, Preset, SweepConfig, Target, Tolerance},
     report::Scenario,
     run_with_progress, Progress, Report,
@@ -29,6 +30,14 @@ pub enum ApiArg {
     Chat,
     /// /v1/completions (raw prompt text).
     Completions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CountArg {
+    /// The server's usage when the received text confirms it, else the text's count.
+    Verified,
+    /// Always the received text re-encoded as a whole (strict lower bound).
+    Text,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -96,6 +105,9 @@ pub struct BenchArgs {
     /// Do not send `ignore_eos: true`.
     #[arg(long)]
     pub no_ignore_eos: bool,
+    /// Which token count rates use (docs/bench.md, "Honest token counts").
+    #[arg(long, value_enum, default_value = "verified")]
+    pub count: CountArg,
     /// Relative token-count tolerance of the cross-check (absolute floor: 2 tokens).
     #[arg(long, default_value_t = 0.05)]
     pub token_tolerance: f64,
@@ -157,6 +169,10 @@ impl BenchArgs {
         config.ignore_eos = !self.no_ignore_eos;
         config.api_key = self.api_key.clone();
         config.seed = self.seed;
+        config.count = match self.count {
+            CountArg::Verified => CountPolicy::Verified,
+            CountArg::Text => CountPolicy::Text,
+        };
         config.tolerance = Tolerance {
             relative: self.token_tolerance,
             ..Tolerance::default()
@@ -340,6 +356,8 @@ mod tests {
             "2",
             "--api",
             "completions",
+            "--count",
+            "text",
         ])
         .unwrap();
         assert_eq!(c.targets[1].name, "mlx_lm");
@@ -348,6 +366,7 @@ mod tests {
         assert_eq!(c.single.unwrap().prompt_tokens, [10, 20]);
         assert_eq!(c.repeats, 2);
         assert_eq!(c.api, Api::Completions);
+        assert_eq!(c.count, CountPolicy::Text);
         assert!(c.interference.is_none());
     }
 
