@@ -316,8 +316,9 @@ impl BatchKv {
             let flat = scatter_single(&flat, &step.flat_index, &updates, 0)?;
             Ok(flat.reshape(&[rows as i32, heads, capacity as i32, dim])?)
         };
-        let k = write(self.keys.take().expect("fit allocates"), keys)?;
-        let v = write(self.values.take().expect("fit allocates"), values)?;
+        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
+        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
+        let v = write(self.values.take().ok_or_else(missing)?, values)?;
         let len = step.kv_len as i32;
         let out = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
         self.keys = Some(k);
