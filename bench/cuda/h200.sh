@@ -79,14 +79,18 @@ EOF
   curl -s localhost:8000/v1/models; echo
   stamp "servers up"
   # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
+  # NB: a bare `wait` would also wait for the `tee` process substitution
+  # above (bash >= 5.1) and never return: always wait for explicit PIDs.
   warm() {  # port model concurrency
+    local pids=()
     for _ in $(seq 1 $3); do
-      curl -s localhost:$1/v1/completions -H 'content-type: application/json' \
+      curl -s -m 120 localhost:$1/v1/completions -H 'content-type: application/json' \
         -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
+      pids+=($!)
     done
-    wait
+    wait "${pids[@]}"
   }
-  for c in 1 16; do (warm 8000 default $c) & (warm 8081 /tmp/q8b $c) & wait; done
+  for c in 1 16; do warm 8000 default $c & a=$!; warm 8081 /tmp/q8b $c & b=$!; wait $a $b; done
   stamp "warmed up"
   timeout $((570 - SECONDS)) $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
       --scenarios sweep --concurrency 1,2,4,8,16 --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
@@ -95,6 +99,34 @@ EOF
   curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics.txt" || true
   stamp "bench done"
   cat "$OUT/h200-dense.md" 2>/dev/null | tail -40
+  ;;
+diag)
+  # Where does a growing batch spend its time on CUDA? Small model, timed
+  # rounds of 1, 1, 2, 4, 8 concurrent requests, then the step histogram.
+  exec > >(tee "$OUT/diag.log") 2>&1
+  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
+  ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
+  export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
+  mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
+  cp $STASH/tokenizer_config.json /tmp/tok/
+  xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
+  /tmp/hearth dev dummy-model --arch qwen3 --shape qwen3-0.6b --dtype bf16 \
+      --tokenizer /tmp/tok/tokenizer.json --out /tmp/q06
+  ( RUST_LOG=hearth=debug /tmp/hearth serve --model /tmp/q06 --port 8000 --max-running 16 > "$OUT/diag-serve.log" 2>&1 & )
+  for _ in $(seq 1 60); do curl -sf localhost:8000/health >/dev/null && break; sleep 1; done
+  for c in 1 1 2 4 8; do
+    t0=$(date +%s.%N) pids=()
+    for _ in $(seq 1 $c); do
+      curl -s -m 90 localhost:8000/v1/completions -H 'content-type: application/json' \
+        -d '{"model":"default","prompt":"warm up the kernels please","max_tokens":32,"temperature":0}' -o /dev/null &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    echo "concurrency $c: $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"
+  done
+  curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated_tokens_total|requests_finished)"
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
