@@ -9,7 +9,7 @@
 //! `stream_options.include_usage` every chunk carries `usage: null` and one
 //! more chunk with no choices carries the usage; then `data: [DONE]`.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
     body::Bytes,
@@ -35,7 +35,7 @@ use super::{
         ChatLogprobs, ChatMessageOut, TokenLogprob, TopLogprob, Usage,
     },
     reasoning::{prompt_opens_reasoning, ReasoningSplitter},
-    state::{unix_now, AppState},
+    state::AppState,
 };
 use crate::{
     engine::sampling::Sampled,
@@ -110,13 +110,7 @@ pub async fn chat_completions(
     let job = ChatJob {
         prompt_len: prompt_tokens.len(),
         reasoning,
-        ctx: StreamContext {
-            state,
-            id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
-            created: unix_now(),
-            options,
-            started: Instant::now(),
-        },
+        ctx: StreamContext::new(state, "chatcmpl", options),
     };
     if job.ctx.options.stream {
         let (tx, response) = sse_channel();

@@ -8,7 +8,7 @@
 //! excepted), a final chunk per choice with `finish_reason`, the optional
 //! usage chunk, then `data: [DONE]`.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
     body::Bytes,
@@ -32,7 +32,7 @@ use super::{
         Completion, CompletionChoice, CompletionChunk, CompletionRequest, LegacyLogprobs,
         PromptInput, Usage,
     },
-    state::{unix_now, AppState},
+    state::AppState,
 };
 use crate::{
     engine::sampling::Sampled,
@@ -142,13 +142,7 @@ pub async fn completions(
     let job = CompletionJob {
         choices,
         echoes: prepared.into_iter().map(|p| p.echo).collect(),
-        ctx: StreamContext {
-            state,
-            id: format!("cmpl-{}", uuid::Uuid::new_v4().simple()),
-            created: unix_now(),
-            options,
-            started: Instant::now(),
-        },
+        ctx: StreamContext::new(state, "cmpl", options),
     };
     if job.ctx.options.stream {
         let (tx, response) = sse_channel();

@@ -195,6 +195,19 @@ pub struct StreamContext {
     pub started: std::time::Instant,
 }
 
+impl StreamContext {
+    /// A fresh response context; `id_prefix` is `chatcmpl` or `cmpl`.
+    pub fn new(state: Arc<AppState>, id_prefix: &str, options: GenerationOptions) -> Self {
+        StreamContext {
+            state,
+            id: format!("{id_prefix}-{}", uuid::Uuid::new_v4().simple()),
+            created: super::state::unix_now(),
+            options,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
 /// The one log line per finished request (counts and timing, never text).
 pub fn log_done(ctx: &StreamContext, endpoint: &'static str, usage: &Usage) {
     tracing::info!(
