@@ -392,6 +392,27 @@ impl Sampler {
         samplers: &mut [&mut Sampler],
         logits: &Array,
     ) -> Result<Vec<Sampled>, SamplingError> {
+        let pending = Self::prepare_batch(samplers, logits)?;
+        transforms::eval(pending.arrays()).context("evaluating the sampling step")?;
+        let results = pending.read()?;
+        for (sampler, sampled) in samplers.iter_mut().zip(&results) {
+            sampler.record(sampled.token);
+        }
+        Ok(results)
+    }
+
+    /// The device half of [`Sampler::sample_batch`]: builds the sampled tokens
+    /// (and logprob outputs) as lazy arrays without waiting for them, so an
+    /// engine can start the next forward pass on [`PendingBatch::tokens`]
+    /// before reading this one back. Random draws advance here; tokens enter
+    /// the samplers' histories only when the caller records them after
+    /// [`PendingBatch::read`], so a sampler
+    /// that [`depends_on_history`](Sampler::depends_on_history) must be read
+    /// before its next batch is prepared.
+    pub fn prepare_batch(
+        samplers: &mut [&mut Sampler],
+        logits: &Array,
+    ) -> Result<PendingBatch, SamplingError> {
         let (batch, vocab) = match logits.shape() {
             &[batch, vocab] if usize::try_from(batch).ok() == Some(samplers.len()) => {
                 (batch, vocab)
@@ -403,9 +424,6 @@ impl Sampler {
                 })
             }
         };
-        if batch == 0 {
-            return Ok(Vec::new());
-        }
         if vocab <= 0 {
             return Err(SamplingError::BadShape {
                 shape: logits.shape().to_vec(),
@@ -413,25 +431,27 @@ impl Sampler {
             });
         }
         check_dtype(logits)?;
+        let mut pending = PendingBatch {
+            tokens: Array::from_slice::<u32>(&[], &[0]),
+            chosen: None,
+            top: None,
+            top_n: 0,
+            batch,
+            vocab,
+            rows: samplers
+                .iter()
+                .map(|s| (s.wants_logprobs(), s.params.top_logprobs))
+                .collect(),
+        };
+        if batch == 0 {
+            return Ok(pending);
+        }
 
         if samplers.iter().all(|s| s.is_plain_greedy()) {
-            // Fast path: one argmax over [B, vocab], one evaluation.
-            let tokens = argmax_axis(logits, -1, false)
-                .context("taking the argmax of the logits")?
-                .to_vec_cast::<u32>()
-                .context("reading the argmax back")?;
-            return Ok(samplers
-                .iter_mut()
-                .zip(tokens)
-                .map(|(sampler, token)| {
-                    sampler.record(token);
-                    Sampled {
-                        token,
-                        logprob: None,
-                        top_logprobs: Vec::new(),
-                    }
-                })
-                .collect());
+            // Fast path: one argmax over [B, vocab].
+            pending.tokens =
+                argmax_axis(logits, -1, false).context("taking the argmax of the logits")?;
+            return Ok(pending);
         }
 
         let raw = logits
@@ -447,90 +467,41 @@ impl Sampler {
         };
 
         let adjusted = apply_adjustments(&raw, samplers, vocab)?;
-        let tokens = if samplers.iter().all(|s| s.is_greedy()) {
+        pending.tokens = if samplers.iter().all(|s| s.is_greedy()) {
             argmax_axis(&adjusted, -1, false).context("taking the argmax of the logits")?
         } else {
             draw(&adjusted, samplers, vocab)?
         };
 
         // Logprob outputs, evaluated together with the tokens.
-        let top_n = samplers
+        pending.top_n = samplers
             .iter()
             .filter(|s| s.wants_logprobs())
             .map(|s| s.params.top_logprobs)
             .max()
             .unwrap_or(0)
             .min(usize::try_from(vocab).unwrap_or(usize::MAX));
-        let mut outputs = vec![tokens];
         if let Some(logprobs) = &logprobs {
-            let chosen = outputs[0]
+            let chosen = pending
+                .tokens
                 .reshape(&[batch, 1])
                 .and_then(|t| logprobs.take_along_axis(&t, -1))
                 .context("gathering the chosen tokens' logprobs")?;
-            outputs.push(chosen);
-            if top_n > 0 {
-                let (ids, values) = top_entries(logprobs, top_n)?;
-                outputs.push(ids);
-                outputs.push(values);
+            pending.chosen = Some(chosen);
+            if pending.top_n > 0 {
+                pending.top = Some(top_entries(logprobs, pending.top_n)?);
             }
         }
-        transforms::eval(outputs.iter()).context("evaluating the sampling step")?;
+        Ok(pending)
+    }
 
-        let tokens = outputs[0]
-            .to_vec_cast::<u32>()
-            .context("reading the sampled tokens back")?;
-        let chosen = match outputs.get(1) {
-            Some(chosen) => chosen
-                .to_vec_cast::<f32>()
-                .context("reading the logprobs back")?,
-            None => Vec::new(),
-        };
-        let (top_ids, top_values) = match (outputs.get(2), outputs.get(3)) {
-            (Some(ids), Some(values)) => (
-                ids.to_vec_cast::<u32>()
-                    .context("reading the top logprobs back")?,
-                values
-                    .to_vec_cast::<f32>()
-                    .context("reading the top logprobs back")?,
-            ),
-            _ => (Vec::new(), Vec::new()),
-        };
-
-        // Build every row's result before recording any token, so that an
-        // error leaves all samplers as they were.
-        let mut results = Vec::with_capacity(samplers.len());
-        for (row, (sampler, &token)) in samplers.iter().zip(&tokens).enumerate() {
-            let mut sampled = Sampled {
-                token,
-                logprob: None,
-                top_logprobs: Vec::new(),
-            };
-            if sampler.wants_logprobs() {
-                sampled.logprob = chosen.get(row).copied();
-                let wanted = sampler.params.top_logprobs.min(top_n);
-                if wanted > 0 {
-                    let span = row * top_n..(row + 1) * top_n;
-                    let (Some(ids), Some(values)) =
-                        (top_ids.get(span.clone()), top_values.get(span))
-                    else {
-                        return Err(SamplingError::BadShape {
-                            shape: vec![batch, vocab],
-                            expected: "top logprobs for every row".into(),
-                        });
-                    };
-                    let mut pairs: Vec<(u32, f32)> =
-                        ids.iter().copied().zip(values.iter().copied()).collect();
-                    pairs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                    pairs.truncate(wanted);
-                    sampled.top_logprobs = pairs;
-                }
-            }
-            results.push(sampled);
-        }
-        for (sampler, sampled) in samplers.iter_mut().zip(&results) {
-            sampler.record(sampled.token);
-        }
-        Ok(results)
+    /// True when the next draw depends on the tokens generated so far
+    /// (repetition, presence or frequency penalty): such a sampler's previous
+    /// token must be read back before its next batch is prepared.
+    pub fn depends_on_history(&self) -> bool {
+        self.repetition_on()
+            || self.params.presence_penalty != 0.0
+            || self.params.frequency_penalty != 0.0
     }
 
     fn is_greedy(&self) -> bool {
@@ -644,6 +615,105 @@ impl Sampler {
                 f32::NEG_INFINITY
             },
         }
+    }
+}
+
+/// Sampled tokens of one batch not yet read back: see
+/// [`Sampler::prepare_batch`].
+pub struct PendingBatch {
+    tokens: Array,
+    chosen: Option<Array>,
+    top: Option<(Array, Array)>,
+    top_n: usize,
+    batch: i32,
+    vocab: i32,
+    /// Per row: logprobs wanted, how many top logprobs.
+    rows: Vec<(bool, usize)>,
+}
+
+impl PendingBatch {
+    /// The sampled token ids, `[B]` (lazy).
+    pub fn tokens(&self) -> &Array {
+        &self.tokens
+    }
+
+    /// Every output array, to hand to `eval`/`async_eval`.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut arrays = vec![&self.tokens];
+        arrays.extend(&self.chosen);
+        if let Some((ids, values)) = &self.top {
+            arrays.push(ids);
+            arrays.push(values);
+        }
+        arrays
+    }
+
+    /// Reads the batch back (waiting for it), one result per row. The
+    /// caller records each token in its sampler ([`Sampler::record`]).
+    pub fn read(self) -> Result<Vec<Sampled>, SamplingError> {
+        let (batch, vocab, top_n) = (self.batch, self.vocab, self.top_n);
+        if batch == 0 {
+            return Ok(Vec::new());
+        }
+        let tokens = self
+            .tokens
+            .to_vec_cast::<u32>()
+            .context("reading the sampled tokens back")?;
+        let chosen = match &self.chosen {
+            Some(chosen) => chosen
+                .to_vec_cast::<f32>()
+                .context("reading the logprobs back")?,
+            None => Vec::new(),
+        };
+        let (top_ids, top_values) = match &self.top {
+            Some((ids, values)) => (
+                ids.to_vec_cast::<u32>()
+                    .context("reading the top logprobs back")?,
+                values
+                    .to_vec_cast::<f32>()
+                    .context("reading the top logprobs back")?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+
+        let mut results = Vec::with_capacity(self.rows.len());
+        for (row, (&(wants_logprobs, top_logprobs), &token)) in
+            self.rows.iter().zip(&tokens).enumerate()
+        {
+            let mut sampled = Sampled {
+                token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            };
+            if wants_logprobs {
+                sampled.logprob = chosen.get(row).copied();
+                let wanted = top_logprobs.min(top_n);
+                if wanted > 0 {
+                    let span = row * top_n..(row + 1) * top_n;
+                    let (Some(ids), Some(values)) =
+                        (top_ids.get(span.clone()), top_values.get(span))
+                    else {
+                        return Err(SamplingError::BadShape {
+                            shape: vec![batch, vocab],
+                            expected: "top logprobs for every row".into(),
+                        });
+                    };
+                    let mut pairs: Vec<(u32, f32)> =
+                        ids.iter().copied().zip(values.iter().copied()).collect();
+                    pairs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                    pairs.truncate(wanted);
+                    sampled.top_logprobs = pairs;
+                }
+            }
+            results.push(sampled);
+        }
+        if results.len() != self.rows.len() {
+            return Err(SamplingError::BadShape {
+                shape: vec![batch, vocab],
+                expected: "one sampled token per row".into(),
+            });
+        }
+        Ok(results)
     }
 }
 

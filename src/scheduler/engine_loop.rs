@@ -23,7 +23,7 @@ use super::{
     Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
     SchedulerHandle, Shared, Submission,
 };
-use crate::engine::sampling::{Sampled, Sampler};
+use crate::engine::sampling::{PendingBatch, Sampled, Sampler};
 
 /// Prompt tokens a step processes even when decoders use the whole budget,
 /// so prefills always progress.
@@ -120,8 +120,11 @@ struct Sequence {
     /// Most tokens to sample (request's max, clamped to the context).
     max_tokens: usize,
     sampler: Sampler,
-    /// The last sampled token, fed at the next decode step.
+    /// The last sampled token read back, fed at the next decode step.
     last_token: u32,
+    /// One more token is sampled on the device but not read back yet
+    /// (pipelined decode); it is fed from the device.
+    in_flight: bool,
     admitted: Instant,
     first_token_at: Option<Instant>,
     last_token_at: Instant,
@@ -135,11 +138,24 @@ impl Sequence {
     /// Position the next fed token is written at.
     fn next_position(&self) -> usize {
         if self.decoding() {
-            self.prompt_len + self.generated - 1
+            self.prompt_len + self.generated + usize::from(self.in_flight) - 1
         } else {
             self.prefilled
         }
     }
+
+    /// Whether this sequence takes part in the next decode step: it has a
+    /// token to feed and still may sample another.
+    fn wants_decode(&self) -> bool {
+        self.decoding() && self.generated + usize::from(self.in_flight) < self.max_tokens
+    }
+}
+
+/// A decode step whose sampled tokens are still on the device.
+struct InFlight {
+    pending: PendingBatch,
+    /// Job id of each row of `pending`, in order.
+    ids: Vec<u64>,
 }
 
 struct EngineLoop {
@@ -153,6 +169,7 @@ struct EngineLoop {
     rows: Rows,
     waiting: VecDeque<Box<Submission>>,
     running: Vec<Sequence>,
+    in_flight: Option<InFlight>,
 }
 
 impl EngineLoop {
@@ -175,6 +192,7 @@ impl EngineLoop {
             rows: Rows::default(),
             waiting: VecDeque::new(),
             running: Vec::new(),
+            in_flight: None,
         }
     }
 
@@ -286,6 +304,7 @@ impl EngineLoop {
                 max_tokens,
                 sampler,
                 last_token: 0,
+                in_flight: false,
                 admitted: now,
                 first_token_at: None,
                 last_token_at: now,
@@ -326,24 +345,64 @@ impl EngineLoop {
     }
 
     /// One batched decode forward over every decoding sequence.
+    ///
+    /// Pipelined (the default when no sampler needs its token history): the
+    /// step is built on the previous step's sampled tokens while they are
+    /// still on the device and queued with `async_eval`; only then are the
+    /// previous tokens read back and sent, so the host work of a step
+    /// (sending, detokenizing in the server, admitting, building the next
+    /// graph) overlaps the device's work. A sequence that ends on a token
+    /// read this way has one extra token computed, which is dropped.
     fn decode_step(&mut self) -> anyhow::Result<()> {
+        let pipelined = self.config.pipeline_decode
+            && self.running.iter().all(|s| !s.sampler.depends_on_history());
+        if !pipelined {
+            self.drain_in_flight()?;
+        }
         let decoding: Vec<usize> = (0..self.running.len())
-            .filter(|&i| self.running[i].decoding())
+            .filter(|&i| self.running[i].wants_decode())
             .collect();
         if decoding.is_empty() {
-            return Ok(());
+            return self.drain_in_flight();
         }
+        let previous = self.in_flight.take();
         let span = self.rows.span();
         let mut positions = vec![0usize; span];
         let mut tokens = vec![0i32; span];
-        for s in &self.running {
+        // Rows whose token comes from the previous step's device output.
+        let mut from_device = vec![false; span];
+        let mut device_index = vec![0i32; span];
+        for (i, s) in self.running.iter().enumerate() {
             positions[s.row] = s.next_position();
-            if s.decoding() {
-                tokens[s.row] = s.last_token as i32;
+            if !decoding.contains(&i) {
+                continue;
+            }
+            match previous.as_ref().filter(|_| s.in_flight) {
+                Some(prev) => {
+                    let k = prev.ids.iter().position(|&id| id == s.sub.id);
+                    let Some(k) = k else {
+                        anyhow::bail!("in-flight token of job {} is missing", s.sub.id);
+                    };
+                    from_device[s.row] = true;
+                    device_index[s.row] = k as i32;
+                }
+                None => tokens[s.row] = s.last_token as i32,
             }
         }
+        let host = Array::from_slice(&tokens, &[span as i32]);
+        let ids = match previous.as_ref() {
+            Some(prev) if from_device.iter().any(|&d| d) => {
+                let fed = prev
+                    .pending
+                    .tokens()
+                    .as_type::<i32>()?
+                    .take_axis(Array::from_slice(&device_index, &[span as i32]), 0)?;
+                mlx_rs::ops::select(Array::from_slice(&from_device, &[span as i32]), &fed, &host)?
+            }
+            _ => host,
+        }
+        .reshape(&[span as i32, 1])?;
         let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions);
-        let ids = Array::from_slice(&tokens, &[span as i32, 1]);
         let mut views: Vec<CacheView> = self
             .kv
             .iter_mut()
@@ -362,7 +421,7 @@ impl EngineLoop {
         } else {
             logits.take_axis(Array::from_slice(&rows, &[rows.len() as i32]), 0)?
         };
-        let sampled = {
+        let pending = {
             let mut samplers: Vec<&mut Sampler> = Vec::with_capacity(decoding.len());
             let mut k = 0;
             for (i, s) in self.running.iter_mut().enumerate() {
@@ -371,10 +430,46 @@ impl EngineLoop {
                     k += 1;
                 }
             }
-            Sampler::sample_batch(&mut samplers, &logits)?
+            Sampler::prepare_batch(&mut samplers, &logits)?
         };
-        // Emit in reverse so finishing (which removes) keeps indices valid.
-        for (&i, s) in decoding.iter().zip(sampled).rev() {
+        let ids: Vec<u64> = decoding.iter().map(|&i| self.running[i].sub.id).collect();
+        if pipelined {
+            transforms::async_eval(pending.arrays())?;
+            if let Some(prev) = previous {
+                self.deliver(prev)?;
+            }
+            for s in &mut self.running {
+                if ids.contains(&s.sub.id) {
+                    s.in_flight = true;
+                }
+            }
+            self.in_flight = Some(InFlight { pending, ids });
+            Ok(())
+        } else {
+            transforms::eval(pending.arrays())?;
+            self.deliver(InFlight { pending, ids })
+        }
+    }
+
+    /// Reads back and sends the tokens of the step in flight, if any.
+    fn drain_in_flight(&mut self) -> anyhow::Result<()> {
+        match self.in_flight.take() {
+            Some(prev) => self.deliver(prev),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads a step's sampled tokens and emits each to its job, skipping jobs
+    /// that have ended since (their row's extra token is dropped).
+    fn deliver(&mut self, step: InFlight) -> anyhow::Result<()> {
+        let sampled = step.pending.read()?;
+        for (id, s) in step.ids.iter().zip(sampled) {
+            let Some(i) = self.running.iter().position(|q| q.sub.id == *id) else {
+                continue;
+            };
+            let seq = &mut self.running[i];
+            seq.in_flight = false;
+            seq.sampler.record(s.token);
             self.emit(i, s);
         }
         Ok(())
@@ -472,6 +567,7 @@ impl EngineLoop {
     }
 
     fn fail_all(&mut self, message: &str) {
+        self.in_flight = None;
         for seq in self.running.drain(..) {
             let _ = seq.sub.events.send(JobEvent::Failed(message.to_string()));
             self.rows.release(seq.row);
@@ -494,6 +590,7 @@ impl EngineLoop {
 
     /// Frees the KV buffers and MLX's cached allocations (when idle).
     fn release_memory(&mut self) {
+        self.in_flight = None;
         if self.shape != BatchShape::default() {
             for kv in &mut self.kv {
                 kv.clear();

@@ -47,6 +47,10 @@ pub struct SchedulerConfig {
     pub prefill_chunk: usize,
     /// Bytes the KV caches may use; `None` = derived from system memory.
     pub kv_memory_budget: Option<usize>,
+    /// Overlap each decode step's device work with the host work around it:
+    /// the next step is queued on the sampled tokens before they are read
+    /// back (docs/scheduler.md). Off only for comparisons.
+    pub pipeline_decode: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -67,6 +71,7 @@ impl Default for SchedulerConfig {
             step_token_budget,
             prefill_chunk,
             kv_memory_budget: None,
+            pipeline_decode: true,
         }
     }
 }

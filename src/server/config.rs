@@ -191,6 +191,7 @@ impl ServerSettings {
             step_token_budget: self.step_token_budget,
             prefill_chunk: self.prefill_chunk,
             kv_memory_budget: self.kv_memory_budget,
+            pipeline_decode: true,
         }
     }
 
