@@ -69,6 +69,8 @@ pub enum FlagKind {
     MissingUsage,
     NoDoneMarker,
     UnparsableEvents,
+    /// The text holds U+FFFD (stray bytes): the lower bound is looser.
+    ReplacementChars,
 }
 
 impl FlagKind {
@@ -85,7 +87,8 @@ impl FlagKind {
             FlagKind::MultiTokenChunks
             | FlagKind::MissingUsage
             | FlagKind::NoDoneMarker
-            | FlagKind::UnparsableEvents => Severity::Info,
+            | FlagKind::UnparsableEvents
+            | FlagKind::ReplacementChars => Severity::Info,
         }
     }
 }
@@ -133,10 +136,42 @@ pub enum TokenSource {
 /// The received text counted by the harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TextCounts {
-    /// Whole text encoded at once (lower bound).
+    /// Whole text encoded at once (lower bound), replacement characters left out.
     pub whole: usize,
     /// Sum over content events encoded one by one.
     pub per_event: usize,
+    /// U+FFFD characters in the text: bytes that were not valid UTF-8.
+    pub replacement_chars: usize,
+}
+
+impl TextCounts {
+    /// Counts `text` (the whole answer) and `pieces` (its content events)
+    /// with `count`, the model's tokenizer. Replacement characters are left
+    /// out of the whole-text count: a generated token holding a stray byte
+    /// (common in the random output of dummy weights) reaches the client as
+    /// U+FFFD, which re-encodes to several tokens and would lift the lower
+    /// bound above what was generated.
+    pub fn measure<E>(
+        text: &str,
+        pieces: &[String],
+        count: impl Fn(&str) -> Result<usize, E>,
+    ) -> Result<Self, E> {
+        let replacement_chars = text.matches('\u{FFFD}').count();
+        let whole = if replacement_chars == 0 {
+            count(text)?
+        } else {
+            count(&text.replace('\u{FFFD}', ""))?
+        };
+        let mut per_event = 0;
+        for piece in pieces {
+            per_event += count(piece)?;
+        }
+        Ok(TextCounts {
+            whole,
+            per_event,
+            replacement_chars,
+        })
+    }
 }
 
 /// What a response is checked against.
@@ -170,6 +205,16 @@ pub fn cross_check(record: &StreamRecord, counts: TextCounts, expect: &Expectati
     let lower = counts.whole;
     let upper = counts.per_event.max(counts.whole);
     let usage = record.usage_completion_tokens.map(|u| u as usize);
+    if counts.replacement_chars > 0 {
+        flags.push(Flag::new(
+            FlagKind::ReplacementChars,
+            format!(
+                "{} replacement characters (bytes that are not UTF-8, normal for dummy \
+                 weights) left out of the whole-text count",
+                counts.replacement_chars
+            ),
+        ));
+    }
     let verified = usage.filter(|&u| {
         u + tolerance.allowed(lower) >= lower && u <= upper + tolerance.allowed(upper)
     });
@@ -317,7 +362,40 @@ mod tests {
     }
 
     fn counts(whole: usize, per_event: usize) -> TextCounts {
-        TextCounts { whole, per_event }
+        TextCounts {
+            whole,
+            per_event,
+            replacement_chars: 0,
+        }
+    }
+
+    /// A stand-in tokenizer for `measure`: one token per character, except
+    /// that U+FFFD costs three (as its bytes do in a byte-level BPE).
+    fn chars(text: &str) -> Result<usize, ()> {
+        Ok(text
+            .chars()
+            .map(|c| if c == '\u{FFFD}' { 3 } else { 1 })
+            .sum())
+    }
+
+    #[test]
+    fn replacement_characters_do_not_lift_the_lower_bound() {
+        // Seven tokens generated: "a", "b", four stray bytes, "c".
+        let text = "ab\u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD}c";
+        let mut pieces = vec!["ab".to_string()];
+        pieces.extend(std::iter::repeat_n("\u{FFFD}".to_string(), 4));
+        pieces.push("c".into());
+        let m = TextCounts::measure(text, &pieces, chars).unwrap();
+        assert_eq!((m.whole, m.per_event, m.replacement_chars), (3, 15, 4));
+        let c = cross_check(&record(7, Some(7), Some(110)), m, &expect(7));
+        assert_eq!((c.tokens, c.source), (7, TokenSource::Usage));
+        assert!(kinds(&c).contains(&FlagKind::ReplacementChars));
+        assert!(!kinds(&c).contains(&FlagKind::UsageMismatch));
+        // Counted as the tokenizer encodes it, U+FFFD would put the lower
+        // bound (15) far above the 7 tokens generated: a false mismatch.
+        let naive = counts(chars(text).unwrap(), 15);
+        let c = cross_check(&record(7, Some(7), Some(110)), naive, &expect(7));
+        assert!(kinds(&c).contains(&FlagKind::UsageMismatch));
     }
 
     fn kinds(checked: &Checked) -> Vec<FlagKind> {

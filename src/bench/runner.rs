@@ -562,14 +562,8 @@ impl<'a> Runner<'a> {
             slots.len()
         };
         for (stream, (slot, (sent, record))) in slots.iter().zip(results).enumerate() {
-            let counts = TextCounts {
-                whole: self.counter.count(&record.text)?,
-                per_event: record
-                    .pieces
-                    .iter()
-                    .map(|piece| self.counter.count(piece))
-                    .sum::<Result<usize, _>>()?,
-            };
+            let counts =
+                TextCounts::measure(&record.text, &record.pieces, |t| self.counter.count(t))?;
             let checked = cross_check(
                 &record,
                 counts,
