@@ -6,6 +6,7 @@
 #   1. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,run}/
 #      device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
 #   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
+#      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS)
 # Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
 #
 # The Hearth binary is the one built here on Debian 12 (linked against the
@@ -68,37 +69,61 @@ print("device", mx.default_device())
 EOF
 
   stamp "installed"
-  $H dev dummy-model --arch qwen3 --shape qwen3-8b --dtype bf16 --seed 1 \
-      --tokenizer /tmp/tok/tokenizer.json --out /tmp/q8b
-  ( $H serve --model /tmp/q8b --port 8000 --max-running 16 --max-queue 256 > "$OUT/hearth-serve.log" 2>&1 & )
-  ( python3 -m mlx_lm server --model /tmp/q8b --port 8081 > "$OUT/mlx-lm-serve.log" 2>&1 & )
-  stamp "dummy model written"
-  for port in 8000 8081; do
-    for _ in $(seq 1 120); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
-  done
-  curl -s localhost:8000/v1/models; echo
-  stamp "servers up"
-  # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
-  # NB: a bare `wait` would also wait for the `tee` process substitution
-  # above (bash >= 5.1) and never return: always wait for explicit PIDs.
-  warm() {  # port model concurrency
-    local pids=()
-    for _ in $(seq 1 $3); do
-      curl -s -m 120 localhost:$1/v1/completions -H 'content-type: application/json' \
-        -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
-      pids+=($!)
+  # Does a small batch cost more than one row in MLX's CUDA matmul? (the
+  # batch-1 -> batch-2 step-time jump seen for both servers)
+  python3 - <<'EOF' | tee "$OUT/matmul.txt"
+import time, mlx.core as mx
+for n, k in [(4096, 4096), (12288, 4096), (4096, 12288)]:
+    w = mx.random.normal((n, k), dtype=mx.bfloat16); mx.eval(w)
+    for m in [1, 2, 4, 8, 16, 64]:
+        x = mx.random.normal((m, k), dtype=mx.bfloat16); mx.eval(x)
+        for _ in range(5): mx.eval(x @ w.T)
+        t = time.perf_counter(); r = 50
+        for _ in range(r): y = x @ w.T; mx.eval(y)
+        dt = (time.perf_counter() - t) / r
+        print(f"x[{m},{k}] @ w[{n},{k}].T: {dt*1e6:.0f} us, {w.nbytes/dt/1e9:.0f} GB/s of weights")
+EOF
+  # Models: "name:arch:shape[:tokenizer-dir]" separated by ';' (H200_MODELS).
+  IFS=';' read -ra specs <<< "${H200_MODELS:-dense:qwen3:qwen3-8b}"
+  for spec in "${specs[@]}"; do
+    IFS=':' read -r name arch shape tokdir <<< "$spec"
+    tokdir=${tokdir:-/tmp/tok}
+    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
+        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name"
+    stamp "$name: dummy model written"
+    $H serve --model "/tmp/$name" --port 8000 --max-running 16 --max-queue 256 > "$OUT/hearth-serve-$name.log" 2>&1 &
+    hp=$!
+    python3 -m mlx_lm server --model "/tmp/$name" --port 8081 > "$OUT/mlx-lm-serve-$name.log" 2>&1 &
+    mp=$!
+    for port in 8000 8081; do
+      for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
     done
-    wait "${pids[@]}"
-  }
-  for c in 1 16; do warm 8000 default $c & a=$!; warm 8081 /tmp/q8b $c & b=$!; wait $a $b; done
-  stamp "warmed up"
-  timeout $((570 - SECONDS)) $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
-      --scenarios sweep --concurrency 1,2,4,8,16 --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
-      --repeats 3 --warmup 0 --tokenizer /tmp/tok/tokenizer.json \
-      --json-out "$OUT/h200-dense.json" --markdown-out "$OUT/h200-dense.md" || echo "bench exit $?"
-  curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics.txt" || true
-  stamp "bench done"
-  cat "$OUT/h200-dense.md" 2>/dev/null | tail -40
+    curl -s localhost:8000/v1/models; echo
+    stamp "$name: servers up"
+    # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
+    # NB: a bare `wait` would also wait for the `tee` process substitution
+    # above (bash >= 5.1) and never return: always wait for explicit PIDs.
+    warm() {  # port model concurrency
+      local pids=()
+      for _ in $(seq 1 $3); do
+        curl -s -m 150 localhost:$1/v1/completions -H 'content-type: application/json' \
+          -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+    }
+    for c in 1 16; do warm 8000 default $c & a=$!; warm 8081 "/tmp/$name" $c & b=$!; wait $a $b; done
+    stamp "$name: warmed up"
+    timeout $((${H200_DEADLINE:-570} - SECONDS)) $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
+        --scenarios sweep --concurrency "${H200_CONC:-1,2,4,8,16}" --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
+        --repeats "${H200_REPEATS:-3}" --warmup 0 --tokenizer "$tokdir/tokenizer.json" \
+        --json-out "$OUT/h200-$name.json" --markdown-out "$OUT/h200-$name.md" || echo "bench exit $?"
+    curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics-$name.txt" || true
+    kill $hp $mp 2>/dev/null || true
+    wait $hp $mp 2>/dev/null || true
+    stamp "$name: bench done"
+    grep -A14 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
+  done
   ;;
 diag)
   # Where does a growing batch spend its time on CUDA? Small model, timed
