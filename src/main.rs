@@ -75,6 +75,9 @@ enum DevCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// On a CUDA device: check the small-batch GEMV kernel against MLX's
+    /// matmul and time both for 1..=8 rows (docs/cuda.md).
+    GemvBench,
 }
 
 #[derive(Args)]
@@ -197,7 +200,32 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Dev(DevCommand::GemvBench) => gemv_bench(),
     }
+}
+
+fn gemv_bench() -> Result<()> {
+    use hearth_models::cuda_gemv;
+    let device = hearth::device::DeviceInfo::detect();
+    if device.backend != "cuda" {
+        bail!("gemv-bench needs MLX's CUDA backend (this is {})", device.label());
+    }
+    match cuda_gemv::enable(1, cuda_gemv::MAX_ROWS) {
+        Ok(err) => println!("self-check passed: max relative error {err:.2e}"),
+        Err(e) => bail!("{e}"),
+    }
+    println!("| rows | weight [N, K] | MLX matmul µs | kernel µs | speed-up |");
+    println!("|---:|---|---:|---:|---:|");
+    for (n, k) in [(4096, 4096), (12288, 4096), (4096, 12288), (151936, 4096)] {
+        for rows in 1..=cuda_gemv::MAX_ROWS {
+            let (mlx, ours) = cuda_gemv::time(rows, n, k, 50)?;
+            println!(
+                "| {rows} | [{n}, {k}] | {mlx:.1} | {ours:.1} | {:.2}x |",
+                mlx / ours
+            );
+        }
+    }
+    Ok(())
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {

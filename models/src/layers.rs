@@ -60,7 +60,7 @@ impl Linear {
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let y = match self {
-            Linear::Dense { weight, .. } => x.matmul(weight.t())?,
+            Linear::Dense { weight, .. } => dense_matmul_t(x, weight)?,
             Linear::Quantized {
                 weight,
                 scales,
@@ -95,6 +95,19 @@ impl Linear {
             } => weight.nbytes() + scales.nbytes() + biases.nbytes() + b,
         }
     }
+}
+
+/// `x W^T` for a dense weight: MLX's matmul, or on CUDA for a few rows
+/// the small-batch kernel of [`crate::cuda_gemv`] when it is enabled.
+fn dense_matmul_t(x: &Array, weight: &Array) -> Result<Array> {
+    let shape = x.shape();
+    let rows: i32 = shape[..shape.len().saturating_sub(1)].iter().product();
+    if crate::cuda_gemv::applies(rows.max(0) as usize, weight.dim(1), weight.dtype())
+        && x.dtype() == weight.dtype()
+    {
+        return crate::cuda_gemv::matmul_t(x, weight);
+    }
+    Ok(x.matmul(weight.t())?)
 }
 
 /// Token embedding table, dense or quantized; doubles as the output
@@ -157,7 +170,7 @@ impl Embedding {
     /// Uses the table as an output projection (`x E^T`).
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
         match self {
-            Embedding::Dense(w) => Ok(x.matmul(w.t())?),
+            Embedding::Dense(w) => dense_matmul_t(x, w),
             Embedding::Quantized {
                 weight,
                 scales,

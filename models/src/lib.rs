@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod chat_template;
 pub mod config;
+pub mod cuda_gemv;
 pub mod detokenizer;
 pub mod error;
 pub mod gguf;

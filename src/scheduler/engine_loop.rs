@@ -45,6 +45,7 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                     return;
                 }
             };
+            enable_cuda_gemv();
             let eos_token_ids = loaded.eos_token_ids();
             let model = loaded.model;
             let config_m = model.config.clone();
@@ -90,6 +91,36 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
         thread: Mutex::new(Some(thread)),
     });
     Ok(SchedulerHandle { commands, shared })
+}
+
+/// On MLX's CUDA backend, decode steps of a few rows use Hearth's
+/// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
+/// self-check. By default only for two rows: on the H200 MLX's GEMM is
+/// slowest there and the kernel 1.6-2x faster, while from three rows on
+/// MLX's own kernels win (bench/results/h200-2026-11-29-gemv.md).
+/// `HEARTH_CUDA_GEMV=off` or `=MIN-MAX` (rows) overrides the range.
+fn enable_cuda_gemv() {
+    use hearth_models::cuda_gemv;
+    if crate::device::DeviceInfo::detect().backend != "cuda" {
+        return;
+    }
+    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "2-2".into());
+    if setting == "off" {
+        cuda_gemv::disable();
+        tracing::info!("small-batch GEMV kernel off (HEARTH_CUDA_GEMV=off)");
+        return;
+    }
+    let range = setting
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    let Some((min, max)) = range else {
+        tracing::warn!(%setting, "HEARTH_CUDA_GEMV must be `off` or `MIN-MAX`; kernel off");
+        return;
+    };
+    match cuda_gemv::enable(min, max) {
+        Ok(err) => tracing::info!(min, max, max_rel_error = err, "small-batch GEMV kernel on"),
+        Err(e) => tracing::warn!(error = %e, "small-batch GEMV kernel off"),
+    }
 }
 
 /// Bytes per element of the activations (and so of the KV cache).
