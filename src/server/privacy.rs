@@ -433,4 +433,47 @@ mod tests {
         assert_eq!(out.content, "to rachel@example.com ok");
         assert!(!format!("{privacy:?}").contains("rachel"));
     }
+
+    /// Through the real decoder: Qwen3's tokenizer, a think block, token by
+    /// token; both channels restored, no step shows a placeholder piece.
+    #[test]
+    fn choice_decoder_restores_reasoning_and_content() {
+        use crate::{
+            engine::sampling::Sampled,
+            server::{
+                generation::ChoiceDecoder,
+                reasoning::{ReasoningSplitter, ThinkTags},
+            },
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(".hearth/fixtures/qwen3-tokenizer");
+        let tokenizer = hearth_models::Tokenizer::from_dir(&dir)
+            .expect("Qwen3 tokenizer fixture (run scripts/setup.sh)");
+        let mut privacy = session();
+        let masked = privacy.anonymize_text("rachel@example.com");
+        assert_eq!(masked, "[EMAIL_1]");
+        let reply = "<think>\nI will mail [EMAIL_1] now.\n</think>\n\nSent to [EMAIL_1].";
+        let ids = tokenizer.encode(reply, false).expect("encode");
+        let splitter = ReasoningSplitter::new(ThinkTags::default(), false);
+        let mut decoder = ChoiceDecoder::new(&tokenizer, &[], &[], &[], false, Some(splitter))
+            .with_restorer(Some(privacy.restorer()));
+        let mut out = SplitDelta::default();
+        for token in ids {
+            let step = decoder
+                .push(&Sampled {
+                    token,
+                    logprob: None,
+                    top_logprobs: Vec::new(),
+                })
+                .expect("push");
+            assert!(!step.text.content.contains("EMAIL") && !step.text.reasoning.contains("EMAIL"));
+            out.reasoning.push_str(&step.text.reasoning);
+            out.content.push_str(&step.text.content);
+        }
+        let rest = decoder.finish().expect("finish");
+        out.reasoning.push_str(&rest.reasoning);
+        out.content.push_str(&rest.content);
+        assert_eq!(out.reasoning, "I will mail rachel@example.com now.");
+        assert_eq!(out.content, "Sent to rachel@example.com.");
+    }
 }
