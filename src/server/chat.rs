@@ -14,6 +14,7 @@ use std::sync::Arc;
 use axum::{
     body::Bytes,
     extract::State,
+    http::HeaderMap,
     response::{IntoResponse, Response},
     Json,
 };
@@ -30,6 +31,7 @@ use super::{
         log_done, prompt_error, sse_channel, sse_error_frame, sse_frame, submit_choices,
         total_usage, ChoiceCounts, StreamContext, SSE_DONE,
     },
+    privacy::{self, RequestPrivacy},
     protocol::{
         ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatCompletionRequest, ChatDelta,
         ChatLogprobs, ChatMessageOut, TokenLogprob, TopLogprob, Usage,
@@ -48,6 +50,8 @@ struct ChatJob {
     prompt_len: usize,
     /// `Some(starts_inside_think_block)` when the model thinks.
     reasoning: Option<bool>,
+    /// Set when the request asked for anonymization.
+    privacy: Option<RequestPrivacy>,
 }
 
 impl ChatJob {
@@ -67,6 +71,7 @@ impl ChatJob {
             options.stop_at_eos,
             splitter,
         )
+        .with_restorer(self.privacy.as_ref().map(RequestPrivacy::restorer))
     }
 
     fn wants_logprobs(&self) -> bool {
@@ -76,18 +81,25 @@ impl ChatJob {
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_accepting()?;
-    state.resolve_model(request.model.as_deref())?;
+    let (model, private_alias) = privacy::split_model(request.model.as_deref());
+    state.resolve_model(model)?;
     request.check_unsupported()?;
     let vocab_size = state.scheduler.info().config.vocab_size;
-    let options = request
+    let mut options = request
         .raw_options()?
         .validate(vocab_size, state.settings.max_n)?;
     let messages = request.template_messages()?;
     let template_options = request.template_options();
     drop(request);
+    let privacy = privacy::for_request(&headers, private_alias).await?;
+    let (privacy, messages) = privacy::anonymize_messages(privacy, messages).await?;
+    if let Some(privacy) = &privacy {
+        privacy.mask_stops(&mut options.stop);
+    }
 
     let tokenizer = state.scheduler.tokenizer().clone();
     let (prompt_text, prompt_tokens) =
@@ -110,16 +122,20 @@ pub async fn chat_completions(
     let job = ChatJob {
         prompt_len: prompt_tokens.len(),
         reasoning,
+        privacy,
         ctx: StreamContext::new(state, "chatcmpl", options),
     };
-    if job.ctx.options.stream {
+    let masked = job.privacy.as_ref().map(RequestPrivacy::masked_count);
+    let mut response = if job.ctx.options.stream {
         let (tx, response) = sse_channel();
         tokio::spawn(stream_chat(job, handles, tx));
-        Ok(response)
+        response
     } else {
         let completion = collect_chat(&job, handles).await?;
-        Ok(Json(completion).into_response())
-    }
+        Json(completion).into_response()
+    };
+    privacy::mark_response(&mut response, masked);
+    Ok(response)
 }
 
 /// The logprobs entry of one token.

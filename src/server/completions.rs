@@ -13,6 +13,7 @@ use std::sync::Arc;
 use axum::{
     body::Bytes,
     extract::State,
+    http::HeaderMap,
     response::{IntoResponse, Response},
     Json,
 };
@@ -28,6 +29,7 @@ use super::{
         log_done, sse_channel, sse_error_frame, sse_frame, submit_choices, total_usage,
         ChoiceCounts, StreamContext, SSE_DONE,
     },
+    privacy::{self, RequestPrivacy},
     protocol::{
         Completion, CompletionChoice, CompletionChunk, CompletionRequest, LegacyLogprobs,
         PromptInput, Usage,
@@ -52,6 +54,8 @@ struct CompletionJob {
     choices: Vec<(usize, usize)>,
     /// Echo text per prompt.
     echoes: Vec<Option<String>>,
+    /// Set when the request asked for anonymization.
+    privacy: Option<RequestPrivacy>,
 }
 
 impl CompletionJob {
@@ -65,6 +69,7 @@ impl CompletionJob {
             options.stop_at_eos,
             None,
         )
+        .with_restorer(self.privacy.as_ref().map(RequestPrivacy::restorer))
     }
 
     fn wants_logprobs(&self) -> bool {
@@ -79,13 +84,15 @@ impl CompletionJob {
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_accepting()?;
-    state.resolve_model(request.model.as_deref())?;
+    let (model, private_alias) = privacy::split_model(request.model.as_deref());
+    state.resolve_model(model)?;
     request.check_unsupported()?;
     let vocab_size = state.scheduler.info().config.vocab_size;
-    let options = request
+    let mut options = request
         .raw_options()?
         .validate(vocab_size, state.settings.max_n)?;
     let prompts = request.prompts()?;
@@ -102,15 +109,26 @@ pub async fn completions(
             }
         }
     }
+    let mut privacy = privacy::for_request(&headers, private_alias).await?;
+    if privacy.is_some() && prompts.iter().any(|p| matches!(p, PromptInput::Tokens(_))) {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            "Anonymization needs text prompts: token-id prompts cannot be masked.",
+        ));
+    }
     let tokenizer = state.scheduler.tokenizer().clone();
-    let prepared = tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {
-        prompts
+    let (prepared, privacy) = tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {
+        let prepared = prompts
             .into_iter()
             .map(|prompt| match prompt {
-                PromptInput::Text(text) => Ok(PreparedPrompt {
-                    tokens: tokenizer.encode(&text, true)?,
-                    echo: echo.then_some(text),
-                }),
+                PromptInput::Text(text) => {
+                    // The model sees the masked text; `echo` gives the client its own.
+                    let masked = privacy.as_mut().map(|p| p.anonymize_text(&text));
+                    Ok(PreparedPrompt {
+                        tokens: tokenizer.encode(masked.as_deref().unwrap_or(&text), true)?,
+                        echo: echo.then_some(text),
+                    })
+                }
                 PromptInput::Tokens(tokens) => Ok(PreparedPrompt {
                     echo: if echo {
                         Some(tokenizer.decode(&tokens, false)?)
@@ -120,11 +138,15 @@ pub async fn completions(
                     tokens,
                 }),
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((prepared, privacy))
     })
     .await
     .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
     .map_err(|e| ApiError::internal(format!("tokenizer failed: {e}")))?;
+    if let Some(privacy) = &privacy {
+        privacy.mask_stops(&mut options.stop);
+    }
 
     let n = options.n;
     let mut handles = Vec::with_capacity(prepared.len() * n);
@@ -142,16 +164,20 @@ pub async fn completions(
     let job = CompletionJob {
         choices,
         echoes: prepared.into_iter().map(|p| p.echo).collect(),
+        privacy,
         ctx: StreamContext::new(state, "cmpl", options),
     };
-    if job.ctx.options.stream {
+    let masked = job.privacy.as_ref().map(RequestPrivacy::masked_count);
+    let mut response = if job.ctx.options.stream {
         let (tx, response) = sse_channel();
         tokio::spawn(stream_completion(job, handles, tx));
-        Ok(response)
+        response
     } else {
         let completion = collect_completion(&job, handles).await?;
-        Ok(Json(completion).into_response())
-    }
+        Json(completion).into_response()
+    };
+    privacy::mark_response(&mut response, masked);
+    Ok(response)
 }
 
 /// Appends one token to legacy logprobs; `offset` is the token's position

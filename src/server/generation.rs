@@ -20,6 +20,7 @@ use hearth_models::{tokenizer::TokenizerError, Tokenizer};
 
 use super::{
     error::ApiError,
+    privacy::OutputRestorer,
     reasoning::{ReasoningSplitter, SplitDelta},
 };
 use crate::{
@@ -87,6 +88,9 @@ pub struct ChoiceDecoder<'t> {
     eos_token_ids: &'t [u32],
     stop_at_eos: bool,
     stop_token_ids: &'t [u32],
+    /// Puts masked values back (anonymized requests), after the stop and
+    /// thinking logic, which work on the text the model wrote.
+    restorer: Option<OutputRestorer>,
     /// Tokens received (the engine's count for this choice so far).
     pub tokens: usize,
     /// Set once the choice ended on our side (stop string, stop token, EOS).
@@ -108,13 +112,34 @@ impl<'t> ChoiceDecoder<'t> {
             eos_token_ids,
             stop_at_eos,
             stop_token_ids,
+            restorer: None,
             tokens: 0,
             stopped: false,
         }
     }
 
+    /// Restores placeholders in everything this decoder emits.
+    pub fn with_restorer(mut self, restorer: Option<OutputRestorer>) -> Self {
+        self.restorer = restorer;
+        self
+    }
+
     /// Feeds one sampled token. Call only while `!self.stopped`.
     pub fn push(&mut self, sampled: &Sampled) -> Result<TokenStep, TokenizerError> {
+        let mut step = self.push_masked(sampled)?;
+        if let Some(restorer) = &mut self.restorer {
+            step.text = restorer.push(std::mem::take(&mut step.text));
+            if step.stopped {
+                let rest = restorer.finish();
+                step.text.reasoning.push_str(&rest.reasoning);
+                step.text.content.push_str(&rest.content);
+            }
+        }
+        Ok(step)
+    }
+
+    /// [`Self::push`] before restoring: the text as the model wrote it.
+    fn push_masked(&mut self, sampled: &Sampled) -> Result<TokenStep, TokenizerError> {
         self.tokens += 1;
         if self.stop_at_eos && self.eos_token_ids.contains(&sampled.token) {
             self.stopped = true;
@@ -144,7 +169,17 @@ impl<'t> ChoiceDecoder<'t> {
 
     /// Everything still held back, once the engine says the job is over.
     pub fn finish(&mut self) -> Result<SplitDelta, TokenizerError> {
-        self.flush()
+        let rest = self.flush()?;
+        Ok(match &mut self.restorer {
+            Some(restorer) => {
+                let mut out = restorer.push(rest);
+                let tail = restorer.finish();
+                out.reasoning.push_str(&tail.reasoning);
+                out.content.push_str(&tail.content);
+                out
+            }
+            None => rest,
+        })
     }
 
     /// Whether the output had a think block (for `reasoning_content`).

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::{
     error::ApiError,
+    privacy,
     protocol::{ModelCard, ModelList},
     state::AppState,
 };
@@ -24,7 +25,12 @@ fn model_card(state: &AppState) -> ModelCard {
         created: state.created,
         owned_by: "hearth",
         context_length: state.scheduler.info().context_length,
-        aliases: state.aliases.clone(),
+        aliases: state
+            .aliases
+            .iter()
+            .cloned()
+            .chain(privacy::private_aliases(&state.model_id, &state.aliases))
+            .collect(),
     }
 }
 
@@ -39,7 +45,8 @@ pub async fn get_model(
     State(state): State<Arc<AppState>>,
     Path(model): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
-    if state.is_served_model(&model) {
+    let (name, _) = privacy::split_model(Some(&model));
+    if name.is_some_and(|name| state.is_served_model(name)) {
         Ok(Json(model_card(&state)))
     } else {
         Err(ApiError::model_not_found(&model, &state.model_id))

@@ -13,6 +13,7 @@
 //! | `POST /v1/completions` | [`completions`] |
 //! | `GET /v1/models`, `GET /v1/models/{model}` | [`info`] |
 //! | `GET /health`, `GET /metrics` | [`info`] |
+//! | `POST /api/privacy/preview` | [`privacy`] (also the anonymization opt-in of chat/completions) |
 //!
 //! The same routes answer without the `/v1` prefix. Errors are OpenAI's
 //! JSON shape ([`error`]). A client that disconnects drops its response,
@@ -29,6 +30,7 @@ pub mod extract;
 pub mod generation;
 pub mod info;
 pub mod jobs;
+pub mod privacy;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
@@ -75,6 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(api)
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
+        .route("/api/privacy/preview", post(privacy::preview))
         .fallback(info::not_found)
         .method_not_allowed_fallback(info::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
