@@ -30,6 +30,10 @@ prepare)
   cp .whl/mlx-0.32.2-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
   xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
   cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash/
+  if [[ -d .hearth/fixtures/qwen3.5-tokenizer ]]; then  # for qwen3_5* models: /tmp/tok35
+    xz -c .hearth/fixtures/qwen3.5-tokenizer/tokenizer.json > .device/stash/tokenizer35.json.xz
+    cp .hearth/fixtures/qwen3.5-tokenizer/tokenizer_config.json .device/stash/tokenizer35_config.json
+  fi
   strip -o .device/run/hearth target/release/hearth
   xz -f .device/run/hearth
   du -sh .device/stash .device/run
@@ -52,6 +56,10 @@ run)
   stamp() { echo "[$SECONDS s] $*"; }
   mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
   cp $STASH/tokenizer_config.json /tmp/tok/
+  if [[ -f $STASH/tokenizer35.json.xz ]]; then
+    mkdir -p /tmp/tok35 && xz -dc $STASH/tokenizer35.json.xz > /tmp/tok35/tokenizer.json
+    cp $STASH/tokenizer35_config.json /tmp/tok35/tokenizer_config.json
+  fi
   xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
   H=/tmp/hearth
   ldd $H | grep -E "mlx|not found" || true
