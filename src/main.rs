@@ -208,7 +208,10 @@ fn gemv_bench() -> Result<()> {
     use hearth_models::cuda_gemv;
     let device = hearth::device::DeviceInfo::detect();
     if device.backend != "cuda" {
-        bail!("gemv-bench needs MLX's CUDA backend (this is {})", device.label());
+        bail!(
+            "gemv-bench needs MLX's CUDA backend (this is {})",
+            device.label()
+        );
     }
     match cuda_gemv::enable(1, cuda_gemv::MAX_ROWS) {
         Ok(err) => println!("self-check passed: max relative error {err:.2e}"),

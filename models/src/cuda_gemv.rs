@@ -127,7 +127,10 @@ fn kernel() -> Result<&'static Kernel> {
         let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
         let (name, source, header) = (c("hearth_gemv")?, c(SOURCE)?, c("")?);
         let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
-            let owned: Vec<CString> = v.iter().map(|s| c(s)).collect::<std::result::Result<_, _>>()?;
+            let owned: Vec<CString> = v
+                .iter()
+                .map(|s| c(s))
+                .collect::<std::result::Result<_, _>>()?;
             let mut ptrs: Vec<*const std::os::raw::c_char> =
                 owned.iter().map(|s| s.as_ptr()).collect();
             // SAFETY: mlx-c copies the strings; `owned` outlives the call.
@@ -186,8 +189,11 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
         );
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, blocks * WARPS * 32, 1, 1);
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, WARPS * 32, 1, 1);
-        status |=
-            mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(config, t.as_ptr(), dtype.into());
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+            config,
+            t.as_ptr(),
+            dtype.into(),
+        );
         status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tn.as_ptr(), n);
         status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tk.as_ptr(), k);
         status |=
@@ -247,7 +253,8 @@ pub fn disable() {
 fn self_check(min: usize, max: usize) -> Result<f32> {
     let mut worst = 0.0f32;
     for (n, k) in [(1000, 512), (96, 4096)] {
-        let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(Dtype::Bfloat16)?;
+        let w =
+            mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(Dtype::Bfloat16)?;
         for rows in min..=max {
             let x = mlx_rs::random::normal::<f32>(&[rows as i32, k], None, None, None)?
                 .as_dtype(Dtype::Bfloat16)?;
@@ -257,8 +264,11 @@ fn self_check(min: usize, max: usize) -> Result<f32> {
                 .subtract(&reference)?
                 .abs()?
                 .max(None)?
-                .try_item_cast::<f32>().map_err(|e| ModelError::Mlx(e.to_string()))?;
-            let scale = reference.abs()?.max(None)?
+                .try_item_cast::<f32>()
+                .map_err(|e| ModelError::Mlx(e.to_string()))?;
+            let scale = reference
+                .abs()?
+                .max(None)?
                 .try_item_cast::<f32>()
                 .map_err(|e| ModelError::Mlx(e.to_string()))?
                 .max(1e-6);
