@@ -39,7 +39,11 @@ fn embed_ui() {
         let copy = copies.join(i.to_string());
         std::fs::create_dir_all(&copies).expect("create the UI copy folder");
         std::fs::copy(path, &copy).expect("copy a UI file");
-        let _ = writeln!(code, "    ({name:?}, include_bytes!({:?})),", copy.display().to_string());
+        let _ = writeln!(
+            code,
+            "    ({name:?}, include_bytes!({:?})),",
+            copy.display().to_string()
+        );
     }
     code.push_str("];\n");
     std::fs::write(out_dir.join("ui_assets.rs"), code).expect("write ui_assets.rs");

@@ -217,16 +217,31 @@ mod tests {
 
     #[test]
     fn binary_and_empty_are_refused() {
-        assert!(matches!(extract("a.bin", b"\x00\x01\x02"), Err(DocumentError::Unsupported)));
-        assert!(matches!(extract("a.txt", b"\xff\xfe"), Err(DocumentError::Unsupported)));
+        assert!(matches!(
+            extract("a.bin", b"\x00\x01\x02"),
+            Err(DocumentError::Unsupported)
+        ));
+        assert!(matches!(
+            extract("a.txt", b"\xff\xfe"),
+            Err(DocumentError::Unsupported)
+        ));
         assert!(matches!(extract("a.txt", b""), Err(DocumentError::Empty)));
-        assert!(matches!(extract("a.txt", b"  \n "), Err(DocumentError::NoText)));
+        assert!(matches!(
+            extract("a.txt", b"  \n "),
+            Err(DocumentError::NoText)
+        ));
     }
 
     #[test]
     fn broken_pdf_and_docx_are_errors() {
-        assert!(matches!(extract("a.pdf", b"%PDF-1.4 garbage"), Err(DocumentError::Pdf(_))));
-        assert!(matches!(extract("a.docx", b"PK\x03\x04garbage"), Err(DocumentError::Docx(_))));
+        assert!(matches!(
+            extract("a.pdf", b"%PDF-1.4 garbage"),
+            Err(DocumentError::Pdf(_))
+        ));
+        assert!(matches!(
+            extract("a.docx", b"PK\x03\x04garbage"),
+            Err(DocumentError::Docx(_))
+        ));
     }
 
     #[test]

@@ -231,7 +231,16 @@ mod tests {
     #[test]
     fn repo_ids() {
         assert!(validate_repo("mlx-community/Qwen3-0.6B-4bit").is_ok());
-        for bad in ["qwen", "a/b/c", "../x", "a/..", "a/.hidden", "/x", "a/", "a b/c"] {
+        for bad in [
+            "qwen",
+            "a/b/c",
+            "../x",
+            "a/..",
+            "a/.hidden",
+            "/x",
+            "a/",
+            "a b/c",
+        ] {
             assert!(validate_repo(bad).is_err(), "{bad}");
         }
     }
@@ -249,7 +258,13 @@ mod tests {
         ] {
             assert!(wanted(good), "{good}");
         }
-        for bad in ["README.md", ".gitattributes", "../config.json", "sub/config.json", "x.gguf"] {
+        for bad in [
+            "README.md",
+            ".gitattributes",
+            "../config.json",
+            "sub/config.json",
+            "x.gguf",
+        ] {
             assert!(!wanted(bad), "{bad}");
         }
     }

@@ -134,7 +134,11 @@ impl ModelManager {
     }
 
     pub fn status(&self) -> ManagerStatus {
-        let phase = self.phase.lock().map(|p| p.clone()).unwrap_or(Phase::Stopped);
+        let phase = self
+            .phase
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or(Phase::Stopped);
         let last_error = self.last_error.lock().ok().and_then(|e| e.clone());
         let current = self.current();
         match phase {
@@ -181,9 +185,10 @@ impl ModelManager {
         }
         let path = home::resolve_model(model)?;
         self.unload_locked().await;
-        let name = path
-            .file_name()
-            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         let size_bytes = home::describe_model(&path).map_or(0, |m| m.size_bytes);
         self.set_phase(Phase::Loading {
             model: name.clone(),

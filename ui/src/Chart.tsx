@@ -9,6 +9,8 @@ export interface ChartProps {
   series: uPlot.Series[];
   /** x is unix seconds (time axis) unless false. */
   time?: boolean;
+  /** Log-2 x axis (concurrency, prompt lengths): ticks at the data's x values. */
+  xLog?: boolean;
   xLabel?: string;
   yLabel?: string;
   yFormat?: (v: number) => string;
@@ -21,7 +23,7 @@ export const PALETTE = ["#f29d38", "#4c8bf5", "#3fb37f", "#d9534f", "#9b59b6", "
 export function Chart(props: ChartProps) {
   const host = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
-  const shape = JSON.stringify([props.series.map((s) => s.label), props.time, props.xLabel, props.yLabel]);
+  const shape = JSON.stringify([props.series.map((s) => s.label), props.time, props.xLog, props.xLabel, props.yLabel]);
 
   useEffect(() => {
     const el = host.current;
@@ -32,9 +34,14 @@ export function Chart(props: ChartProps) {
       title: props.title,
       width,
       height: props.height ?? 260,
-      scales: { x: { time: props.time !== false } },
+      scales: { x: props.xLog ? { time: false, distr: 3, log: 2 } : { time: props.time !== false } },
       axes: [
-        { label: props.xLabel, stroke: "#9aa3b2", grid: { stroke: "#2a3040" } },
+        {
+          label: props.xLabel,
+          stroke: "#9aa3b2",
+          grid: { stroke: "#2a3040" },
+          splits: props.xLog ? (u) => [...(u.data[0] as number[])] : undefined,
+        },
         {
           label: props.yLabel,
           stroke: "#9aa3b2",
@@ -43,7 +50,7 @@ export function Chart(props: ChartProps) {
           values: yFormat ? (_u, splits) => splits.map((v) => yFormat(v)) : undefined,
         },
       ],
-      series: [{}, ...props.series],
+      series: [{ label: props.xLabel ?? (props.time === false ? "x" : "time") }, ...props.series],
     };
     plot.current = new uPlot(opts, props.data, el);
     const resize = () => plot.current?.setSize({ width: Math.max(300, el.clientWidth), height: props.height ?? 260 });

@@ -155,7 +155,11 @@ impl BenchRuns {
                 Some(listing(id, &report))
             })
             .collect();
-        runs.sort_by(|a, b| b.started_unix_s.cmp(&a.started_unix_s).then(b.id.cmp(&a.id)));
+        runs.sort_by(|a, b| {
+            b.started_unix_s
+                .cmp(&a.started_unix_s)
+                .then(b.id.cmp(&a.id))
+        });
         runs
     }
 }
@@ -178,9 +182,13 @@ fn listing(id: String, report: &Report) -> RunListing {
             s.sweep
                 .iter()
                 .filter_map(|p| p.wall_tps_p50)
-                .fold(None, |best: Option<f64>, v| Some(best.map_or(v, |b| b.max(v))))
+                .fold(None, |best: Option<f64>, v| {
+                    Some(best.map_or(v, |b| b.max(v)))
+                })
         }),
-        decode_tps: summary.and_then(|s| s.single.first()).and_then(|s| s.decode_tps_p50),
+        decode_tps: summary
+            .and_then(|s| s.single.first())
+            .and_then(|s| s.decode_tps_p50),
         suspect: summary.is_some_and(|s| s.suspect),
     }
 }
@@ -195,7 +203,11 @@ pub async fn overview(State(state): State<Arc<AppState>>) -> Json<Overview> {
 }
 
 /// The harness configuration for `request` against `url`.
-pub fn build_config(request: &StartRequest, url: &str, tokenizer: &Path) -> Result<BenchConfig, ApiError> {
+pub fn build_config(
+    request: &StartRequest,
+    url: &str,
+    tokenizer: &Path,
+) -> Result<BenchConfig, ApiError> {
     let preset = match request.preset.as_deref().unwrap_or("quick") {
         "quick" => Preset::Quick,
         "full" => Preset::Full,
@@ -270,10 +282,7 @@ pub fn build_config(request: &StartRequest, url: &str, tokenizer: &Path) -> Resu
 }
 
 /// `POST /api/bench`: starts a run; 202 with the run, 409 while one runs.
-pub async fn start(
-    State(state): State<Arc<AppState>>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+pub async fn start(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
     state.check_accepting()?;
     // An empty body means "the quick preset as it is".
     let request: StartRequest = if body.iter().all(u8::is_ascii_whitespace) {
@@ -328,7 +337,8 @@ pub async fn start(
             .lock()
             .map_err(|_| ApiError::internal("The benchmark state is poisoned."))?;
         if current.as_ref().is_some_and(|r| r.state == "running") {
-            let mut e = ApiError::invalid("A benchmark is already running; wait for it or cancel it.");
+            let mut e =
+                ApiError::invalid("A benchmark is already running; wait for it or cancel it.");
             e.status = StatusCode::CONFLICT;
             e.code = Some("bench_running");
             return Err(e);
@@ -448,8 +458,14 @@ mod tests {
         };
         let c = build_config(&request, "http://127.0.0.1:1", Path::new("/t.json")).expect("config");
         assert_eq!(c.repeats, 1);
-        assert_eq!(c.single.as_ref().map(|s| s.prompt_tokens.clone()), Some(vec![16, 32]));
-        assert_eq!(c.sweep.as_ref().map(|s| s.concurrency.clone()), Some(vec![1, 2]));
+        assert_eq!(
+            c.single.as_ref().map(|s| s.prompt_tokens.clone()),
+            Some(vec![16, 32])
+        );
+        assert_eq!(
+            c.sweep.as_ref().map(|s| s.concurrency.clone()),
+            Some(vec![1, 2])
+        );
         assert_eq!(c.sweep.as_ref().map(|s| s.max_tokens), Some(8));
         assert!(c.interference.is_none());
     }

@@ -59,8 +59,8 @@ pub async fn start(
 ) -> Result<impl IntoResponse, ApiError> {
     let request: DownloadRequest = parse_json(&body)?;
     let repo = request.repo.trim().to_string();
-    let (_, name) = hub::validate_repo(&repo)
-        .map_err(|e| ApiError::invalid_param("repo", format!("{e}.")))?;
+    let (_, name) =
+        hub::validate_repo(&repo).map_err(|e| ApiError::invalid_param("repo", format!("{e}.")))?;
     let dir = home::models_dir();
     let conflict = |message: String| {
         let mut e = ApiError::invalid(message).with_param("repo");

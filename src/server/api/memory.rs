@@ -107,10 +107,9 @@ impl Sampler {
         });
         // No model loaded: the scheduler numbers are zeros.
         let scheduler = manager.current().map(|s| s.scheduler.status());
-        let field = |f: fn(&crate::scheduler::SchedulerStatus) -> usize| scheduler.as_ref().map_or(0, f);
-        let generated_tokens_total = scheduler
-            .as_ref()
-            .map_or(0, |s| s.generated_tokens_total);
+        let field =
+            |f: fn(&crate::scheduler::SchedulerStatus) -> usize| scheduler.as_ref().map_or(0, f);
+        let generated_tokens_total = scheduler.as_ref().map_or(0, |s| s.generated_tokens_total);
         let t_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

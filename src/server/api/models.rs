@@ -103,7 +103,10 @@ pub struct LoadRequest {
 
 /// `POST /api/models/load`: 202 and the load starts; 404 for an unknown
 /// model; 409 while another load runs.
-pub async fn load(State(manager): State<Arc<ModelManager>>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn load(
+    State(manager): State<Arc<ModelManager>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let request: LoadRequest = parse_json(&body)?;
     let name = request.model.trim().to_string();
     if name.is_empty() {

@@ -112,10 +112,12 @@ pub fn model_summary(state: &AppState) -> ModelSummary {
         .as_ref()
         .map(|e| e.quantization.clone())
         .filter(|q| !q.is_empty())
-        .unwrap_or_else(|| match info.config.quantization.as_ref().and_then(|q| q.default) {
-            Some(q) => format!("{}-bit (group {})", q.bits, q.group_size),
-            None => "none".into(),
-        });
+        .unwrap_or_else(
+            || match info.config.quantization.as_ref().and_then(|q| q.default) {
+                Some(q) => format!("{}-bit (group {})", q.bits, q.group_size),
+                None => "none".into(),
+            },
+        );
     let summary = ModelSummary {
         id: info.id.clone(),
         path: info.path.display().to_string(),
@@ -163,6 +165,10 @@ pub fn parameter_count(c: &ModelConfig) -> u64 {
     }
     let per_layer = attention + mlp + 2 * hidden;
     let embeddings = vocab * hidden;
-    let head = if c.tie_word_embeddings { 0 } else { vocab * hidden };
+    let head = if c.tie_word_embeddings {
+        0
+    } else {
+        vocab * hidden
+    };
     embeddings + layers * per_layer + hidden + head
 }

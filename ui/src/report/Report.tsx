@@ -71,13 +71,13 @@ function TargetSection(props: { summary: TargetSummary; samples: RequestSample[]
             </tbody>
           </table>
           <div class="chart-row">
-            <Chart title="tok/s vs concurrency" testId="chart-tps" time={false} xLabel="concurrent requests" yLabel="tok/s"
+            <Chart title="tok/s vs concurrency" testId="chart-tps" time={false} xLog xLabel="concurrent requests" yLabel="tok/s"
               data={[sweepX, nums(s.sweep.map((p) => p.wall_tps_p50)), nums(s.sweep.map((p) => p.decode_tps_p50))]}
               series={[
                 { label: "aggregate tok/s", stroke: PALETTE[0], width: 2, points: { size: 7 } },
                 { label: "per-request decode tok/s", stroke: PALETTE[1], width: 2, points: { size: 7 } },
               ]} />
-            <Chart title="Latency percentiles vs concurrency (ms)" testId="chart-latency" time={false} xLabel="concurrent requests" yLabel="ms"
+            <Chart title="Latency percentiles vs concurrency (ms)" testId="chart-latency" time={false} xLog xLabel="concurrent requests" yLabel="ms"
               data={[sweepX, ...[
                 s.sweep.map((p) => p.ttft_p50_s), s.sweep.map((p) => p.ttft_p99_s),
                 s.sweep.map((p) => p.itl_p50_s), s.sweep.map((p) => p.itl_p99_s),
@@ -107,7 +107,7 @@ function TargetSection(props: { summary: TargetSummary; samples: RequestSample[]
               ))}
             </tbody>
           </table>
-          <Chart title="Prefill speed vs prompt length" testId="chart-prefill" time={false} xLabel="prompt tokens" yLabel="tok/s"
+          <Chart title="Prefill speed vs prompt length" testId="chart-prefill" time={false} xLog xLabel="prompt tokens" yLabel="tok/s"
             data={[singleX, nums(s.single.map((p) => p.prefill_tps_p50)), nums(s.single.map((p) => p.decode_tps_p50))]}
             series={[
               { label: "prefill tok/s", stroke: PALETTE[2], width: 2, points: { size: 7 } },
