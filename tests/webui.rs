@@ -131,9 +131,18 @@ fn ui_built() -> bool {
     repo_root().join("ui/dist/index.html").is_file()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ui_api() {
+#[test]
+fn ui_api() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(ui_api_checks());
+}
+
+async fn ui_api_checks() {
     assert!(
         ui_built(),
         "ui/dist is missing: run `npm ci && npm run build` in ui/ (scripts/setup.sh does)"

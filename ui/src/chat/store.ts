@@ -7,6 +7,8 @@ export interface StoredMessage {
   reasoning?: string;
   /** Spans the server masked in this message (Anonymize on). */
   masked?: MaskedEntity[];
+  /** What the user typed, when `content` also carries attached documents. */
+  typed?: string;
   /** Documents attached to this message (their text is part of the request). */
   documents?: { name: string; chars: number }[];
   error?: string;

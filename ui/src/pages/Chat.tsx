@@ -54,6 +54,14 @@ function MessageView(props: { message: StoredMessage; streaming: boolean }) {
       )}
       {m.role === "assistant" ? (
         <div class="markdown" data-testid="assistant-content" dangerouslySetInnerHTML={{ __html: renderMarkdown(m.content) }} />
+      ) : m.typed != null ? (
+        <>
+          <div class="plain">{m.typed}</div>
+          <details class="sent-context">
+            <summary class="muted small">Everything sent (documents included)</summary>
+            <div class="plain">{m.content}</div>
+          </details>
+        </>
       ) : (
         <div class="plain">{m.content}</div>
       )}
@@ -122,6 +130,7 @@ export function ChatPage() {
     const user: StoredMessage = {
       role: "user",
       content,
+      typed: attachments.length ? text : undefined,
       documents: attachments.map((d) => ({ name: d.name, chars: d.text.length })),
     };
     if (conversation.anonymize) {
