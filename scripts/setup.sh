@@ -13,7 +13,8 @@ log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 # ---- system packages (Linux) ------------------------------------------------
 if [[ "$(uname -s)" == Linux ]]; then
   need=()
-  for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip; do
+  # chromium: the web UI's browser tests (tests/webui.rs, playwright-core).
+  for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip chromium; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -85,6 +86,18 @@ fi
 if [[ ! -d tests/clients/node_modules/openai ]]; then
   log "npm ci (tests/clients)"
   npm ci --prefix tests/clients --no-audit --no-fund --silent
+fi
+
+# ---- web UI (ui/: Vite + TypeScript; embedded in the binary by build.rs) ---------
+# npm ci also brings playwright-core for the browser tests (tests/webui.rs).
+if [[ ! -d ui/node_modules/vite || ui/package-lock.json -nt ui/node_modules/.package-lock.json ]]; then
+  log "npm ci (ui)"
+  npm ci --prefix ui --no-audit --no-fund --silent
+fi
+if [[ ! -s ui/dist/index.html || -n "$(find ui/src ui/index.html ui/public ui/package-lock.json ui/vite.config.ts \
+      ui/vite.report.config.ts -newer ui/dist/index.html -print -quit)" ]]; then
+  log "npm run build (ui)"
+  npm run --prefix ui build --silent >/dev/null
 fi
 
 # ---- default model ------------------------------------------------------------

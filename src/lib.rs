@@ -8,8 +8,11 @@
 
 pub mod bench;
 pub mod device;
+pub mod documents;
 pub mod engine;
 pub mod home;
+pub mod hub;
 pub mod scheduler;
 pub mod server;
 pub mod tools;
+pub mod webui;

@@ -129,6 +129,10 @@ pub struct BenchArgs {
     /// Write the Markdown report to this file.
     #[arg(long)]
     pub markdown_out: Option<PathBuf>,
+    /// Write the report as one self-contained HTML file (tables and charts,
+    /// as on the web UI's Benchmark page; needs a binary built with the UI).
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
@@ -248,6 +252,10 @@ impl BenchArgs {
 /// Entry point of `hearth bench`.
 pub fn run_bench(args: BenchArgs) -> Result<()> {
     let config = args.to_config()?;
+    if args.html.is_some() && !crate::webui::is_built() {
+        // Say so before a long run, not after it.
+        return Err(crate::webui::ReportPageError::UiNotBuilt.into());
+    }
     // One thread is plenty for a client and leaves the cores to the servers.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -266,6 +274,9 @@ pub fn run_bench(args: BenchArgs) -> Result<()> {
     let markdown = report.to_markdown();
     if let Some(path) = &args.markdown_out {
         write_file(path, &markdown)?;
+    }
+    if let Some(path) = &args.html {
+        write_file(path, &crate::webui::report_html(&report)?)?;
     }
     let mut stdout = std::io::stdout().lock();
     if args.json {

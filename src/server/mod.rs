@@ -14,6 +14,12 @@
 //! | `GET /v1/models`, `GET /v1/models/{model}` | [`info`] |
 //! | `GET /health`, `GET /metrics` | [`info`] |
 //! | `POST /api/privacy/preview` | [`privacy`] (also the anonymization opt-in of chat/completions) |
+//! | `GET /`, `/assets/*` (the web UI) | [`ui`] |
+//! | `/api/*` (the web UI's endpoints) | [`api`] |
+//!
+//! [`serve`] puts a [`manager::ModelManager`] in front: it owns the served
+//! model (load / unload / switch) and forwards requests to that model's
+//! [`router`]; with no model loaded they get a 503.
 //!
 //! The same routes answer without the `/v1` prefix. Errors are OpenAI's
 //! JSON shape ([`error`]). A client that disconnects drops its response,
@@ -22,6 +28,7 @@
 //! running requests finish for a grace period, closes what is left, then
 //! stops the engine. See docs/api.md.
 
+pub mod api;
 pub mod chat;
 pub mod completions;
 pub mod config;
@@ -30,10 +37,12 @@ pub mod extract;
 pub mod generation;
 pub mod info;
 pub mod jobs;
+pub mod manager;
 pub mod privacy;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
+pub mod ui;
 
 use std::{
     future::{Future, IntoFuture},
@@ -61,7 +70,7 @@ pub use self::{
     error::ApiError,
     state::AppState,
 };
-use crate::{home, scheduler::SchedulerHandle};
+use crate::home;
 
 /// Every route of the API.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -78,6 +87,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .route("/api/privacy/preview", post(privacy::preview))
+        .route("/", get(ui::index))
+        .route("/index.html", get(ui::index))
+        .route("/favicon.svg", get(ui::favicon))
+        .route("/assets/{*path}", get(ui::asset))
+        .merge(api::routes())
         .fallback(info::not_found)
         .method_not_allowed_fallback(info::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -146,22 +160,25 @@ pub async fn serve(
     let local = listener.local_addr()?;
     let path = home::resolve_model(settings.model.as_deref())?;
 
-    let scheduler_config = settings.scheduler_config();
-    let load_path = path.clone();
-    let scheduler =
-        tokio::task::spawn_blocking(move || SchedulerHandle::start(load_path, scheduler_config))
-            .await
-            .map_err(|e| ServeError::Load {
-                path: path.clone(),
-                reason: anyhow::anyhow!("the loading task failed: {e}"),
-            })?
-            .map_err(|reason| ServeError::Load {
+    let grace = settings.shutdown_grace();
+    let ui = Arc::new(api::UiState::new());
+    let manager = Arc::new(manager::ModelManager::new(settings.clone(), ui));
+    let state = manager
+        .load(settings.model.as_deref())
+        .await
+        .map_err(|e| match e {
+            manager::LoadError::NotFound(e) => ServeError::Model(e),
+            manager::LoadError::Failed { reason, .. } => ServeError::Load {
                 path: path.clone(),
                 reason,
-            })?;
-    let grace = settings.shutdown_grace();
-    let state = Arc::new(AppState::new(scheduler.clone(), settings));
-    let app = router(state.clone());
+            },
+            manager::LoadError::ShuttingDown => ServeError::Load {
+                path: path.clone(),
+                reason: anyhow::anyhow!("the server is shutting down"),
+            },
+        })?;
+    let app = manager::app(manager.clone());
+    api::start(&manager, local);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -186,10 +203,10 @@ pub async fn serve(
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(stopped(stop_rx.clone()))
         .into_future();
-    let drain_state = state.clone();
+    let drain_manager = manager.clone();
     let deadline = async move {
         stopped(stop_rx).await;
-        drain_state.begin_shutdown();
+        drain_manager.begin_shutdown();
         tracing::info!(
             grace_seconds = grace.as_secs_f64(),
             "shutting down: draining"
@@ -202,8 +219,8 @@ pub async fn serve(
     }
     // The listener is closed here; stop the engine (cancelling anything
     // still running) and free the model.
-    let engine = scheduler.clone();
-    let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+    drop(state);
+    manager.stop_now().await;
     tracing::info!("stopped");
     Ok(())
 }

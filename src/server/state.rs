@@ -30,6 +30,8 @@ pub struct AppState {
     /// Responses by status class (index 1..=5 = 1xx..5xx).
     responses: [AtomicU64; 6],
     system: Mutex<sysinfo::System>,
+    /// The web UI endpoints' state (`/api/*`), shared across model switches.
+    pub ui: std::sync::Arc<super::api::UiState>,
 }
 
 pub fn unix_now() -> u64 {
@@ -68,7 +70,14 @@ impl AppState {
             shutting_down: AtomicBool::new(false),
             responses: Default::default(),
             system: Mutex::new(sysinfo::System::new()),
+            ui: std::sync::Arc::new(super::api::UiState::new()),
         }
+    }
+
+    /// Shares `ui` (the model manager's) instead of a state of its own.
+    pub fn with_ui(mut self, ui: std::sync::Arc<super::api::UiState>) -> Self {
+        self.ui = ui;
+        self
     }
 
     /// Checks a request's `model`: the served id, an alias, or absent.

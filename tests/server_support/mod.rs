@@ -91,6 +91,11 @@ impl TestServer {
     /// Starts `hearth serve --port 0 --model MODEL EXTRA...` and waits until
     /// it serves (model loaded).
     pub fn start(model: &Path, extra: &[&str]) -> TestServer {
+        Self::start_with_env(model, extra, &[])
+    }
+
+    /// [`TestServer::start`] with extra environment variables.
+    pub fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &Path)]) -> TestServer {
         let log_dir = tempfile::tempdir().expect("tempdir");
         let log = log_dir.path().join("server.log");
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -98,6 +103,7 @@ impl TestServer {
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model"])
             .arg(model)
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "hearth=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

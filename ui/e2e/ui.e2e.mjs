@@ -1,0 +1,316 @@
+// End-to-end test of the web UI in headless Chromium (playwright-core)
+// against a real `hearth serve` on a real model. Run by tests/webui.rs:
+//   HEARTH_URL=http://127.0.0.1:PORT SCREENSHOTS=dir node ui/e2e/ui.e2e.mjs
+// Every step saves a screenshot into $SCREENSHOTS; a failing step saves
+// `failed-<step>.png` and the script exits 1. Prints "N passed, N failed".
+import { chromium } from "playwright-core";
+import { mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+const base = process.env.HEARTH_URL;
+if (!base) throw new Error("set HEARTH_URL");
+const shots = process.env.SCREENSHOTS ?? "ui-screenshots";
+mkdirSync(shots, { recursive: true });
+const only = process.env.HEARTH_E2E_ONLY ? process.env.HEARTH_E2E_ONLY.split(",") : null;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: base });
+const page = await context.newPage();
+const consoleErrors = [];
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+page.setDefaultTimeout(30_000);
+
+let passed = 0;
+let failed = 0;
+async function step(name, body) {
+  if (only && !only.includes(name)) return;
+  const started = Date.now();
+  try {
+    await body();
+    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+    passed += 1;
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (e) {
+    failed += 1;
+    console.log(`FAIL ${name}: ${e?.stack ?? e}`);
+    await page.screenshot({ path: join(shots, `failed-${name}.png`), fullPage: true }).catch(() => {});
+  }
+}
+const text = (testId) => page.getByTestId(testId).first().innerText();
+const api = async (path, init) => {
+  const r = await fetch(base + path, init);
+  return { status: r.status, body: r.headers.get("content-type")?.includes("json") ? await r.json() : await r.text() };
+};
+
+await step("status", async () => {
+  await page.goto(base + "/");
+  assert.equal(await page.title(), "Hearth");
+  await page.getByTestId("model-name").waitFor();
+  assert.match(await text("model-name"), /SmolLM2-135M-Instruct/);
+  assert.equal(await text("model-arch"), "llama");
+  assert.equal(await text("model-quant"), "Q4_1");
+  assert.equal(await text("model-params"), "134.5M");
+  assert.equal(await text("model-context"), "8,192 tokens");
+  assert.equal(await text("server-state"), "READY");
+  assert.equal(await text("endpoint"), `${base}/v1`);
+  await page.getByTestId("copy-endpoint").click();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), `${base}/v1`);
+  assert.equal(await text("copy-endpoint"), "Copied");
+});
+
+await step("status-live", async () => {
+  // A streaming request in flight shows up as running, with tok/s.
+  const controller = new AbortController();
+  const request = fetch(base + "/v1/chat/completions", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    signal: controller.signal,
+    body: JSON.stringify({ messages: [{ role: "user", content: "Count to one hundred." }], max_tokens: 400, ignore_eos: true, stream: true }),
+  });
+  const response = await request;
+  const reader = response.body.getReader();
+  await reader.read();
+  await page.waitForFunction(() => document.querySelector('[data-testid="server-state"]')?.textContent === "serving");
+  assert.match(await text("running"), /^1 \//);
+  await page.waitForFunction(() => parseFloat(document.querySelector('[data-testid="tps"]')?.textContent ?? "0") > 0, null, { timeout: 15_000 });
+  await page.screenshot({ path: join(shots, "status-serving.png"), fullPage: true });
+  controller.abort();
+  await page.waitForFunction(() => document.querySelector('[data-testid="server-state"]')?.textContent === "ready", null, { timeout: 15_000 });
+});
+
+await step("memory", async () => {
+  await page.getByTestId("nav-memory").click();
+  await page.getByTestId("memory-chart").locator("canvas").waitFor();
+  assert.match(await text("mem-rss"), /Resident \(RSS\): \d+(\.\d)? (MiB|GiB)/);
+  assert.match(await text("mem-mlx-active"), /MLX active: \d+(\.\d)? (MiB|KiB|GiB)/);
+  assert.match(await text("mem-kv"), /KV cache: .* of \d+(\.\d)? (MiB|GiB)/);
+  assert.match(await text("mem-pressure"), /^(NORMAL|WARNING|CRITICAL)$/);
+  // The chart has a history: wait for a few samples to be drawn.
+  await page.waitForFunction(() => /^([3-9]|\d{2,}) samples/.test(document.querySelector(".card p.muted")?.textContent ?? ""), null, { timeout: 15_000 });
+  const legend = await page.getByTestId("memory-chart").innerText();
+  for (const label of ["RSS", "MLX active", "MLX cache", "KV used"]) assert.ok(legend.includes(label), legend);
+});
+
+await step("chat", async () => {
+  await page.getByTestId("nav-chat").click();
+  await page.getByTestId("chat-temperature").evaluate((el) => {
+    el.value = "0";
+    el.dispatchEvent(new Event("input", { bubbles: true }));
+  });
+  await page.getByTestId("chat-input").fill("What is the capital of France?");
+  await page.getByTestId("chat-send").click();
+  await page.getByTestId("finish-reason").waitFor({ timeout: 120_000 });
+  const answer = await text("assistant-content");
+  assert.match(answer, /Paris/, answer);
+  assert.match(await text("finish-reason"), /finish: stop · \d+ tokens/);
+});
+
+await step("chat-history-kept", async () => {
+  await page.reload();
+  await page.getByTestId("assistant-content").waitFor();
+  assert.match(await text("assistant-content"), /Paris/);
+  assert.match(await page.getByTestId("message-user").first().innerText(), /capital of France/);
+});
+
+await step("chat-stop", async () => {
+  await page.getByTestId("chat-new").click();
+  await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
+  await page.getByTestId("chat-send").click();
+  await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
+  await page.getByTestId("chat-stop").click();
+  await page.getByTestId("finish-reason").waitFor();
+  assert.equal(await text("finish-reason"), "stopped");
+  const stoppedAt = (await text("assistant-content")).length;
+  // The server cancels the job: nothing runs any more, the text stops growing.
+  await expectEventually(async () => (await api("/api/status")).body.running === 0, "the stopped request to be cancelled");
+  await page.waitForTimeout(500);
+  assert.equal((await text("assistant-content")).length, stoppedAt);
+  assert.equal(await page.getByTestId("chat-send").count(), 1);
+});
+
+await step("chat-sanitized", async () => {
+  // Model output is untrusted: a stored answer carrying HTML/JS must render inert.
+  await page.evaluate(() => {
+    const hostile = [
+      "**bold** and `code`",
+      '<img src="x" onerror="window.__pwned = 1">',
+      "<script>window.__pwned = 2</script>",
+      "[click](javascript:window.__pwned=3)",
+      '<a href="https://example.org" onclick="window.__pwned=4">site</a>',
+      '<iframe src="javascript:window.__pwned=5"></iframe>',
+    ].join("\n\n");
+    const conversation = {
+      id: "hostile", title: "Hostile output", system: "", temperature: 0, anonymize: false, updated: Date.now(),
+      messages: [{ role: "user", content: "hi" }, { role: "assistant", content: hostile, finishReason: "stop" }],
+    };
+    localStorage.setItem("hearth.conversations.v1", JSON.stringify([conversation]));
+  });
+  await page.reload();
+  const content = page.getByTestId("assistant-content");
+  await content.waitFor();
+  await page.waitForTimeout(300);
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  const html = await content.innerHTML();
+  assert.ok(html.includes("<strong>bold</strong>"), html);
+  assert.ok(!/onerror|onclick|<script|<iframe|javascript:/i.test(html), html);
+  await page.locator('[data-testid="assistant-content"] a', { hasText: "site" }).click({ modifiers: [] }).catch(() => {});
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+});
+
+await step("chat-anonymize", async () => {
+  await page.evaluate(() => localStorage.clear());
+  await page.reload();
+  await page.getByTestId("chat-anonymize").check();
+  await page.getByTestId("chat-input").fill("My name is John Smith and my e-mail is john.smith@example.com. Say hello.");
+  await page.getByTestId("chat-send").click();
+  await page.getByTestId("finish-reason").waitFor({ timeout: 120_000 });
+  const preview = await api("/api/privacy/preview", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ text: "x" }) });
+  if (preview.status === 404) {
+    // This build has no privacy endpoint: the UI must say so, not pretend.
+    assert.match(await text("chat-notice"), /no privacy preview/);
+  } else {
+    const masked = page.getByTestId("masked-spans");
+    await masked.waitFor();
+    const marks = await masked.locator("mark").allInnerTexts();
+    assert.ok(marks.some((m) => m.includes("john.smith@example.com")), JSON.stringify(marks));
+  }
+});
+
+await step("documents", async () => {
+  const probe = await api("/api/extract?filename=probe.txt", { method: "POST", body: "hello" });
+  assert.equal(probe.status, 200, JSON.stringify(probe.body));
+  await page.getByTestId("chat-new").click();
+  const file = join(shots, "notes.md");
+  writeFileSync(file, "# Meeting notes\n\nThe launch code word is **marmalade**.\n");
+  await page.getByTestId("chat-attach").setInputFiles(file);
+  await page.getByTestId("attachment").waitFor();
+  await page.getByTestId("attachment").locator("summary").click();
+  assert.match(await page.getByTestId("attachment-text").inputValue(), /marmalade/);
+  assert.match(await page.getByTestId("attachment").locator("summary").innerText(), /notes\.md · markdown · \d+ chars · \d+ tokens/);
+  await page.getByTestId("chat-input").fill("What is the code word in the document? Answer with the word only.");
+  await page.getByTestId("chat-send").click();
+  await page.getByTestId("finish-reason").waitFor({ timeout: 120_000 });
+  assert.match(await page.getByTestId("message-user").last().innerText(), /Attached: notes\.md/);
+  // A document larger than the context is refused with a message.
+  const big = join(shots, "big.txt");
+  writeFileSync(big, "lorem ipsum dolor sit amet ".repeat(4000));
+  await page.getByTestId("chat-attach").setInputFiles(big);
+  await page.getByTestId("context-warning").waitFor();
+  assert.match(await text("context-warning"), /do not fit/);
+});
+
+await step("models", async () => {
+  await page.getByTestId("nav-models").click();
+  await page.getByTestId("models-table").waitFor();
+  const rows = await page.getByTestId("model-row").allInnerTexts();
+  assert.ok(rows.some((r) => r.includes("SmolLM2-135M-Instruct.Q4_1.gguf") && /served/i.test(r) && r.includes("yes")), rows.join("\n"));
+});
+
+await step("benchmark", async () => {
+  await page.getByTestId("nav-bench").click();
+  await page.getByTestId("bench-advanced").check();
+  await page.getByTestId("bench-repeats").fill("1");
+  await page.getByTestId("bench-lengths").fill("32, 128");
+  await page.getByTestId("bench-concurrency").fill("2");
+  await page.getByTestId("bench-max-tokens").fill("8");
+  await page.getByTestId("bench-scenario-interference").uncheck();
+  await page.getByTestId("bench-run").click();
+  await page.getByTestId("bench-progress").waitFor();
+  await page.waitForFunction(() => /step \d+ of \d+/.test(document.querySelector('[data-testid="bench-progress"]')?.textContent ?? ""), null, { timeout: 30_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid="bench-state"]')?.textContent === "done", null, { timeout: 240_000 });
+  await page.getByTestId("report").waitFor();
+  const sweepRows = await page.getByTestId("report-sweep").locator("tbody tr").allInnerTexts();
+  assert.equal(sweepRows.length, 2, sweepRows.join("\n"));
+  assert.match(sweepRows[0], /^1\t\d/);
+  assert.match(sweepRows[1], /^2\t\d/);
+  const singleRows = await page.getByTestId("report-single").locator("tbody tr").allInnerTexts();
+  assert.equal(singleRows.length, 2, singleRows.join("\n"));
+  for (const chart of ["chart-tps", "chart-latency", "chart-prefill"]) await page.getByTestId(chart).locator("canvas").waitFor();
+  assert.match(await page.getByTestId("report-crosscheck").innerText(), /counts agree/);
+  assert.equal(await page.getByTestId("bench-history").locator("tbody tr").count(), 1);
+});
+
+await step("benchmark-exports", async () => {
+  const history = page.getByTestId("bench-history");
+  const [download] = await Promise.all([page.waitForEvent("download"), history.getByTestId("export-html").first().click()]);
+  const htmlPath = join(shots, "report.html");
+  await download.saveAs(htmlPath);
+  const md = await page.evaluate(async () => {
+    const a = document.querySelector('[data-testid="export-markdown"]');
+    return (await fetch(a.getAttribute("href"))).text();
+  });
+  assert.match(md, /tok\/s/);
+  writeFileSync(join(shots, "report.md"), md);
+  const json = await page.evaluate(async () => {
+    const a = document.querySelector('[data-testid="export-json"]');
+    return (await fetch(a.getAttribute("href"))).json();
+  });
+  assert.equal(json.schema_version, 1);
+  assert.ok(json.samples.length >= 6, String(json.samples.length));
+  // The HTML file stands alone: open it with every network request refused.
+  const offline = await context.newPage();
+  const requested = [];
+  await offline.route("**/*", (route) => {
+    if (route.request().url().startsWith("file:")) return route.continue();
+    requested.push(route.request().url());
+    return route.abort();
+  });
+  await offline.goto("file://" + htmlPath);
+  await offline.getByTestId("report").waitFor();
+  await offline.getByTestId("chart-tps").locator("canvas").waitFor();
+  assert.equal(await offline.getByTestId("report-sweep").locator("tbody tr").count(), 2);
+  assert.deepEqual(requested, []);
+  await offline.screenshot({ path: join(shots, "report-html.png"), fullPage: true });
+  await offline.close();
+  assert.ok(readFileSync(htmlPath, "utf8").includes('id="hearth-report"'));
+});
+
+await step("models-switch", async () => {
+  // Switch the served model to the tiny Qwen3 in the models folder, then back.
+  await page.getByTestId("nav-models").click();
+  const row = page.locator('[data-testid="model-row"][data-model="qwen3-tiny"]');
+  await row.getByTestId("model-load").click();
+  await expectEventually(async () => (await api("/api/status")).body.model?.id === "qwen3-tiny", "qwen3-tiny to be served", 120_000);
+  await page.waitForFunction(() => document.querySelector('[data-model="qwen3-tiny"]')?.textContent?.includes("served"), null, { timeout: 15_000 });
+  await page.screenshot({ path: join(shots, "models-switched.png"), fullPage: true });
+  await page.getByTestId("nav-status").click();
+  await page.waitForFunction(() => document.querySelector('[data-testid="model-arch"]')?.textContent === "qwen3");
+  // Unloaded: the state says so and the API answers 503.
+  await page.getByTestId("nav-models").click();
+  await page.getByTestId("model-unload").click();
+  await expectEventually(async () => (await api("/api/status")).body.state === "stopped", "the model to be unloaded");
+  const refused = await api("/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ messages: [{ role: "user", content: "hi" }] }) });
+  assert.equal(refused.status, 503);
+  assert.equal(refused.body.error.code, "model_not_loaded");
+  await page.getByTestId("nav-status").click();
+  await page.getByTestId("model-none").waitFor();
+  assert.equal(await text("server-state"), "STOPPED");
+  await page.getByTestId("nav-models").click();
+  await page.locator('[data-testid="model-row"][data-model="SmolLM2-135M-Instruct.Q4_1.gguf"]').getByTestId("model-load").click();
+  await expectEventually(async () => (await api("/api/status")).body.state === "ready", "SmolLM2 to be served again", 120_000);
+});
+
+await step("no-page-errors", async () => {
+  assert.deepEqual(consoleErrors, []);
+});
+
+async function expectEventually(check, what, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+await browser.close();
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

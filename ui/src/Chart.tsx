@@ -1,0 +1,72 @@
+// A thin Preact wrapper around uPlot: one chart, data replaced on update.
+import { useEffect, useRef } from "preact/hooks";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+
+export interface ChartProps {
+  title: string;
+  data: uPlot.AlignedData;
+  series: uPlot.Series[];
+  /** x is unix seconds (time axis) unless false. */
+  time?: boolean;
+  /** Log-2 x axis (concurrency, prompt lengths): ticks at the data's x values. */
+  xLog?: boolean;
+  xLabel?: string;
+  yLabel?: string;
+  yFormat?: (v: number) => string;
+  height?: number;
+  testId?: string;
+}
+
+export const PALETTE = ["#f29d38", "#4c8bf5", "#3fb37f", "#d9534f", "#9b59b6", "#7f8c8d"];
+
+export function Chart(props: ChartProps) {
+  const host = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const shape = JSON.stringify([props.series.map((s) => s.label), props.time, props.xLog, props.xLabel, props.yLabel]);
+
+  useEffect(() => {
+    const el = host.current;
+    if (!el) return;
+    const width = Math.max(300, el.clientWidth || 600);
+    const yFormat = props.yFormat;
+    const opts: uPlot.Options = {
+      title: props.title,
+      width,
+      height: props.height ?? 260,
+      scales: { x: props.xLog ? { time: false, distr: 3, log: 2 } : { time: props.time !== false } },
+      axes: [
+        {
+          label: props.xLabel,
+          stroke: "#9aa3b2",
+          grid: { stroke: "#2a3040" },
+          splits: props.xLog ? (u) => [...(u.data[0] as number[])] : undefined,
+        },
+        {
+          label: props.yLabel,
+          stroke: "#9aa3b2",
+          grid: { stroke: "#2a3040" },
+          size: 70,
+          values: yFormat ? (_u, splits) => splits.map((v) => yFormat(v)) : undefined,
+        },
+      ],
+      series: [{ label: props.xLabel ?? (props.time === false ? "x" : "time") }, ...props.series],
+    };
+    plot.current = new uPlot(opts, props.data, el);
+    const resize = () => plot.current?.setSize({ width: Math.max(300, el.clientWidth), height: props.height ?? 260 });
+    window.addEventListener("resize", resize);
+    return () => {
+      window.removeEventListener("resize", resize);
+      plot.current?.destroy();
+      plot.current = null;
+    };
+    // Rebuild only when the chart's shape changes; data updates below.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [shape]);
+
+  useEffect(() => {
+    plot.current?.setData(props.data);
+  }, [props.data]);
+
+  return <div class="chart" ref={host} data-testid={props.testId} />;
+}
