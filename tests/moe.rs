@@ -99,6 +99,11 @@ fn assert_parity(model_dir: &Path, prompt: &[u32], prefill_chunk: usize) {
     let engine = engine(model_dir, prefill_chunk);
     let expected = Array::load_numpy(&logits_file).unwrap();
     let err = relative_error(&logits(&engine, prompt), &expected);
+    eprintln!(
+        "{} ({} tokens): relative error {err:e}",
+        model_dir.display(),
+        prompt.len()
+    );
     assert!(
         err <= 1e-4,
         "{}: first-forward logits differ from mlx-lm: relative error {err:e}",
@@ -229,4 +234,79 @@ fn qwen3_moe_batched_equals_alone() {
         );
     }
     scheduler.shutdown(Duration::from_secs(1));
+}
+
+/// The block alone against mlx-lm's `Qwen3NextSparseMoeBlock` (routed experts
+/// plus a sigmoid-gated shared expert, as Qwen3.5-MoE uses): dense weights in
+/// Hugging Face's fused `experts.gate_up_proj` layout, and the same block
+/// quantized by MLX (4-bit experts, 8-bit router and shared-expert gate).
+#[test]
+fn shared_expert_block_matches_mlx_lm() {
+    use hearth_models::{
+        config::{QuantConfig, QuantParams},
+        moe::{MoeConfig, SparseMoe},
+        weights::WeightFormat,
+        Weights,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_python_json(&[
+        repo_root()
+            .join("tests/parity/moe_block_ref.py")
+            .to_str()
+            .unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out["gate_bits"], 8);
+    assert_eq!(out["expert_bits"], 4);
+    let moe = MoeConfig {
+        num_experts: 8,
+        top_k: 4,
+        moe_intermediate_size: 64,
+        norm_topk_prob: true,
+        decoder_sparse_step: 1,
+        mlp_only_layers: Vec::new(),
+        shared_expert_intermediate_size: 128,
+    };
+    for (file, expected, quant) in [
+        ("hf.safetensors", "dense", None),
+        (
+            "q.safetensors",
+            "q",
+            Some(QuantConfig {
+                default: Some(QuantParams {
+                    group_size: 64,
+                    bits: 4,
+                }),
+                overrides: Default::default(),
+            }),
+        ),
+    ] {
+        let path = dir.path().join(file);
+        let tensors = Array::load_safetensors(&path).unwrap();
+        let mut weights = Weights::new(tensors, quant, WeightFormat::Safetensors, path.clone());
+        let block = SparseMoe::load(&mut weights, "mlp", 128, &moe).unwrap();
+        assert!(weights.leftover().is_empty(), "{:?}", weights.leftover());
+        for i in 0..out["inputs"].as_u64().unwrap() {
+            let x = Array::load_numpy(dir.path().join(format!("x{i}.npy"))).unwrap();
+            let want = Array::load_numpy(dir.path().join(format!("{expected}{i}.npy"))).unwrap();
+            let err = relative_error(&block.forward(&x).unwrap(), &want);
+            eprintln!("{file} input {i} {:?}: relative error {err:e}", x.shape());
+            assert!(err <= 1e-5, "{file} input {i}: relative error {err:e}");
+        }
+    }
+}
+
+/// Runs a reference script from the venv and parses its JSON stdout.
+fn run_python_json(args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(python())
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        output.status.success(),
+        "python {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("reference JSON")
 }

@@ -15,21 +15,7 @@ import numpy as np
 from mlx_lm import load
 from mlx_lm.generate import generate_step
 
-
-def _gather_qmm_without_global_scale() -> None:
-    """mlx-lm 0.32.2's quantized MoE layers pass `global_scale=None` to
-    mx.gather_qmm, a keyword the pinned mlx 0.32.2 does not have yet. Drop it
-    when it is None (the only value affine quantization uses)."""
-    if "global_scale" in (mx.gather_qmm.__doc__ or ""):
-        return
-    original = mx.gather_qmm
-
-    def gather_qmm(*args, global_scale=None, **kwargs):
-        if global_scale is not None:
-            raise NotImplementedError("global_scale needs a newer mlx")
-        return original(*args, **kwargs)
-
-    mx.gather_qmm = gather_qmm
+from mlx_compat import gather_qmm_without_global_scale
 
 
 def main() -> None:
@@ -41,7 +27,7 @@ def main() -> None:
     ap.add_argument("--logits-out", help="write first-forward logits here (.npy)")
     ap.add_argument("--prefill-step", type=int, default=2048)
     args = ap.parse_args()
-    _gather_qmm_without_global_scale()
+    gather_qmm_without_global_scale()
 
     model, tokenizer = load(args.model)
     if args.prompt_ids:
