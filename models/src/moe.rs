@@ -130,7 +130,7 @@ impl MoeConfig {
 #[derive(Debug)]
 pub enum FeedForward {
     Dense(Mlp),
-    Sparse(SparseMoe),
+    Sparse(Box<SparseMoe>),
 }
 
 impl FeedForward {
@@ -144,12 +144,9 @@ impl FeedForward {
         layer: usize,
     ) -> Result<Self> {
         match moe {
-            Some(moe) if moe.is_sparse_layer(layer) => Ok(FeedForward::Sparse(SparseMoe::load(
-                weights,
-                prefix,
-                config.hidden_size,
-                moe,
-            )?)),
+            Some(moe) if moe.is_sparse_layer(layer) => Ok(FeedForward::Sparse(Box::new(
+                SparseMoe::load(weights, prefix, config.hidden_size, moe)?,
+            ))),
             _ => Ok(FeedForward::Dense(Mlp::load(
                 weights,
                 prefix,
