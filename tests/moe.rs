@@ -1,7 +1,7 @@
 //! Qwen3-MoE against mlx-lm, live, on the same files: tiny random f32
 //! checkpoints in Hugging Face layout (one tensor per expert) made by our
-//! dummy-model tool, and their 4-bit `mlx_lm.convert -q` conversion (stacked
-//! `switch_mlp` experts, 8-bit router). First-forward logits within 1e-4
+//! dummy-model tool, and their 4- and 8-bit `mlx_lm.convert -q` conversions
+//! (stacked `switch_mlp` experts, 8-bit router). First-forward logits within 1e-4
 //! relative error and 32 identical greedy tokens, for short prompts (the
 //! unsorted gather path) and prompts spanning several 128-token prefill
 //! chunks (tokens sorted by expert); and 4 concurrent prompts of different
@@ -146,37 +146,39 @@ fn qwen3_moe_prompt_spanning_several_prefill_chunks_matches_mlx_lm() {
 }
 
 #[test]
-fn qwen3_moe_4bit_mlx_lm_conversion_matches() {
+fn qwen3_moe_mlx_lm_quantized_conversions_match() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("f32");
     // Input widths divisible by MLX's group size (64).
     dummy_moe(&source, "qwen3-moe-tiny,hidden=128,ffn=256,moe_ffn=64", 9);
-    let out = dir.path().join("q4");
-    run_python(&[
-        "-m",
-        "mlx_lm.convert",
-        "--hf-path",
-        source.to_str().unwrap(),
-        "--mlx-path",
-        out.to_str().unwrap(),
-        "-q",
-        "--q-bits",
-        "4",
-    ]);
-    // mlx-lm stacks the experts and quantizes the router at 8 bits.
-    let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
-    let q = config.quantization.as_ref().unwrap();
-    assert_eq!(q.default.unwrap().bits, 4);
-    assert_eq!(q.for_module("model.layers.0.mlp.gate").unwrap().bits, 8);
-    let tensors = Array::load_safetensors(out.join("model.safetensors")).unwrap();
-    let experts = tensors
-        .get("model.layers.0.mlp.switch_mlp.gate_proj.weight")
-        .expect("stacked experts");
-    assert_eq!(experts.dtype(), Dtype::Uint32, "quantized experts");
-    assert!(tensors.contains_key("model.layers.0.mlp.gate.scales"));
-    // 19 tokens: 38 token/expert pairs, unsorted; 40 tokens: 80, sorted.
-    assert_parity(&out, &prompt_ids(19, 3), 512);
-    assert_parity(&out, &prompt_ids(40, 6), 512);
+    for bits in [4, 8] {
+        let out = dir.path().join(format!("q{bits}"));
+        run_python(&[
+            "-m",
+            "mlx_lm.convert",
+            "--hf-path",
+            source.to_str().unwrap(),
+            "--mlx-path",
+            out.to_str().unwrap(),
+            "-q",
+            "--q-bits",
+            &bits.to_string(),
+        ]);
+        // mlx-lm stacks the experts and quantizes the router at 8 bits.
+        let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
+        let q = config.quantization.as_ref().unwrap();
+        assert_eq!(q.default.unwrap().bits, bits);
+        assert_eq!(q.for_module("model.layers.0.mlp.gate").unwrap().bits, 8);
+        let tensors = Array::load_safetensors(out.join("model.safetensors")).unwrap();
+        let experts = tensors
+            .get("model.layers.0.mlp.switch_mlp.gate_proj.weight")
+            .expect("stacked experts");
+        assert_eq!(experts.dtype(), Dtype::Uint32, "quantized experts");
+        assert!(tensors.contains_key("model.layers.0.mlp.gate.scales"));
+        // 19 tokens: 38 token/expert pairs, unsorted; 40 tokens: 80, sorted.
+        assert_parity(&out, &prompt_ids(19, 3), 512);
+        assert_parity(&out, &prompt_ids(40, 6), 512);
+    }
 }
 
 fn collect(mut handle: hearth::scheduler::JobHandle) -> Vec<u32> {
