@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Architectures this crate can run, by `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3_moe"];
 
 /// Quantization parameters of one layer (MLX affine quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,7 +274,7 @@ impl ModelConfig {
             // Qwen2 always has q/k/v biases; Llama only when configured.
             attention_bias: opt_b("attention_bias").unwrap_or(model_type == "qwen2"),
             mlp_bias: opt_b("mlp_bias").unwrap_or(false),
-            qk_norm: model_type == "qwen3",
+            qk_norm: model_type == "qwen3" || model_type == "qwen3_moe",
             quantization,
             eos_token_ids: ids_from(obj.get("eos_token_id")),
             bos_token_id: obj

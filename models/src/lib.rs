@@ -5,8 +5,9 @@
 //! a [`Model`] that runs forward passes over per-sequence
 //! [`KvCache`]s, plus the [`Tokenizer`] (with its chat template).
 //!
-//! Architectures live one per file (`llama`, `qwen2`, `qwen3`) and share the
-//! layers in [`layers`]; [`load`] picks one by `model_type`.
+//! Architectures live one per file (`llama`, `qwen2`, `qwen3`, `qwen3_moe`)
+//! and share the layers in [`layers`] (and the sparse MoE block in [`moe`]);
+//! [`load`] picks one by `model_type`.
 
 pub mod cache;
 pub mod chat_template;
@@ -17,8 +18,10 @@ pub mod error;
 pub mod gguf;
 pub mod layers;
 pub mod llama;
+pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 pub mod tokenizer;
 pub mod weights;
 
@@ -100,6 +103,7 @@ pub fn build(config: ModelConfig, weights: &mut Weights) -> Result<Model> {
         "llama" => llama::load(config, weights),
         "qwen2" => qwen2::load(config, weights),
         "qwen3" => qwen3::load(config, weights),
+        "qwen3_moe" => qwen3_moe::load(config, weights),
         other => Err(ModelError::UnknownArchitecture {
             path: weights.source().to_path_buf(),
             arch: other.to_string(),

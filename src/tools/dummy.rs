@@ -18,7 +18,7 @@ use serde_json::json;
 /// Shards are cut at this many bytes (like the hub's 5 GB shards).
 const SHARD_BYTES: usize = 4 << 30;
 
-/// Dimensions of a dense decoder.
+/// Dimensions of a decoder (dense, or sparse MoE when `num_experts > 0`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DummyShape {
     pub hidden_size: usize,
@@ -32,6 +32,13 @@ pub struct DummyShape {
     pub tie_word_embeddings: bool,
     pub rope_theta: f64,
     pub max_position_embeddings: usize,
+    /// Experts per sparse layer; 0 for a dense model.
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    pub moe_intermediate_size: usize,
+    /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0`.
+    pub decoder_sparse_step: usize,
+    pub norm_topk_prob: bool,
 }
 
 /// Named shapes: real models' dimensions, plus tiny ones for tests.
@@ -42,6 +49,8 @@ pub const PRESETS: &[&str] = &[
     "qwen3-8b",
     "smollm2-135m",
     "llama-3.2-1b",
+    "qwen3-moe-tiny",
+    "qwen3-30b-a3b",
 ];
 
 impl DummyShape {
@@ -57,6 +66,17 @@ impl DummyShape {
             tie_word_embeddings: tie,
             rope_theta: theta,
             max_position_embeddings: ctx,
+            num_experts: 0,
+            num_experts_per_tok: 0,
+            moe_intermediate_size: 0,
+            decoder_sparse_step: 1,
+            norm_topk_prob: true,
+        };
+        let moe = |dense: DummyShape, experts, top_k, moe_ffn| DummyShape {
+            num_experts: experts,
+            num_experts_per_tok: top_k,
+            moe_intermediate_size: moe_ffn,
+            ..dense
         };
         Some(match name {
             "tiny" => s(64, 2, 4, 2, 16, 128, None, true, 10000.0, 4096),
@@ -65,6 +85,13 @@ impl DummyShape {
             "qwen3-8b" => s(4096, 36, 32, 8, 128, 12288, Some(151936), false, 1e6, 40960),
             "smollm2-135m" => s(576, 30, 9, 3, 64, 1536, Some(49152), true, 1e5, 8192),
             "llama-3.2-1b" => s(2048, 16, 32, 8, 64, 8192, Some(128256), true, 5e5, 131072),
+            "qwen3-moe-tiny" => moe(s(64, 2, 4, 2, 16, 128, None, true, 10000.0, 4096), 8, 2, 32),
+            "qwen3-30b-a3b" => moe(
+                s(2048, 48, 32, 4, 128, 6144, Some(151936), false, 1e6, 40960),
+                128,
+                8,
+                768,
+            ),
             _ => return None,
         })
     }
@@ -106,6 +133,11 @@ impl DummyShape {
                 "vocab" | "vocab_size" => shape.vocab_size = Some(n()?),
                 "context" | "max_position_embeddings" => shape.max_position_embeddings = n()?,
                 "tie" => shape.tie_word_embeddings = v == "true" || v == "1",
+                "experts" | "num_experts" => shape.num_experts = n()?,
+                "top_k" | "num_experts_per_tok" => shape.num_experts_per_tok = n()?,
+                "moe_ffn" | "moe_intermediate_size" => shape.moe_intermediate_size = n()?,
+                "sparse_step" | "decoder_sparse_step" => shape.decoder_sparse_step = n()?,
+                "norm_topk" | "norm_topk_prob" => shape.norm_topk_prob = v == "true" || v == "1",
                 _ => bail!("unknown shape key `{k}`"),
             }
         }
@@ -113,6 +145,14 @@ impl DummyShape {
             || shape.num_attention_heads % shape.num_key_value_heads != 0
         {
             bail!("heads must be a multiple of kv_heads");
+        }
+        if shape.num_experts > 0
+            && (shape.num_experts_per_tok == 0
+                || shape.num_experts_per_tok > shape.num_experts
+                || shape.moe_intermediate_size == 0
+                || shape.decoder_sparse_step == 0)
+        {
+            bail!("an MoE shape needs 0 < top_k <= experts, moe_ffn > 0 and sparse_step > 0");
         }
         Ok(shape)
     }
@@ -149,8 +189,20 @@ fn dtype_name(d: Dtype) -> &'static str {
 
 /// Writes the checkpoint to `out` and returns the parameter count.
 pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
-    if !["llama", "qwen2", "qwen3"].contains(&spec.arch.as_str()) {
-        bail!("unknown architecture `{}` (llama, qwen2, qwen3)", spec.arch);
+    if !["llama", "qwen2", "qwen3", "qwen3_moe"].contains(&spec.arch.as_str()) {
+        bail!(
+            "unknown architecture `{}` (llama, qwen2, qwen3, qwen3_moe)",
+            spec.arch
+        );
+    }
+    let moe = spec.arch == "qwen3_moe";
+    if moe != (spec.shape.num_experts > 0) {
+        bail!(
+            "architecture `{}` needs {} shape (e.g. {})",
+            spec.arch,
+            if moe { "an MoE" } else { "a dense" },
+            if moe { "qwen3-moe-tiny" } else { "tiny" }
+        );
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let tokenizer_vocab = copy_tokenizer(&spec.tokenizer, out)?;
@@ -188,13 +240,36 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             push("self_attn.k_proj.bias", vec![kv * hd], Init::Normal);
             push("self_attn.v_proj.bias", vec![kv * hd], Init::Normal);
         }
-        if spec.arch == "qwen3" {
+        if spec.arch == "qwen3" || moe {
             push("self_attn.q_norm.weight", vec![hd], Init::Ones);
             push("self_attn.k_norm.weight", vec![hd], Init::Ones);
         }
-        push("mlp.gate_proj.weight", vec![ffn, h], Init::Normal);
-        push("mlp.up_proj.weight", vec![ffn, h], Init::Normal);
-        push("mlp.down_proj.weight", vec![h, ffn], Init::Normal);
+        if moe && (i + 1) % s.decoder_sparse_step == 0 {
+            // Hugging Face layout: a router and one tensor per expert.
+            let (e, mf) = (s.num_experts as i32, s.moe_intermediate_size as i32);
+            push("mlp.gate.weight", vec![e, h], Init::Normal);
+            for x in 0..e {
+                push(
+                    &format!("mlp.experts.{x}.gate_proj.weight"),
+                    vec![mf, h],
+                    Init::Normal,
+                );
+                push(
+                    &format!("mlp.experts.{x}.up_proj.weight"),
+                    vec![mf, h],
+                    Init::Normal,
+                );
+                push(
+                    &format!("mlp.experts.{x}.down_proj.weight"),
+                    vec![h, mf],
+                    Init::Normal,
+                );
+            }
+        } else {
+            push("mlp.gate_proj.weight", vec![ffn, h], Init::Normal);
+            push("mlp.up_proj.weight", vec![ffn, h], Init::Normal);
+            push("mlp.down_proj.weight", vec![h, ffn], Init::Normal);
+        }
     }
     tensors.push(("model.norm.weight".into(), vec![h], Init::Ones));
     if !s.tie_word_embeddings {
@@ -255,9 +330,10 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
     let architecture = match spec.arch.as_str() {
         "llama" => "LlamaForCausalLM",
         "qwen2" => "Qwen2ForCausalLM",
+        "qwen3_moe" => "Qwen3MoeForCausalLM",
         _ => "Qwen3ForCausalLM",
     };
-    let config = json!({
+    let mut config = json!({
         "architectures": [architecture],
         "model_type": spec.arch,
         "vocab_size": vocab,
@@ -278,6 +354,19 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
         "eos_token_id": eos,
         "hearth_dummy": {"seed": spec.seed},
     });
+    if moe {
+        let extra = json!({
+            "num_experts": s.num_experts,
+            "num_experts_per_tok": s.num_experts_per_tok,
+            "moe_intermediate_size": s.moe_intermediate_size,
+            "decoder_sparse_step": s.decoder_sparse_step,
+            "mlp_only_layers": [],
+            "norm_topk_prob": s.norm_topk_prob,
+        });
+        if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+    }
     std::fs::write(
         out.join("config.json"),
         serde_json::to_string_pretty(&config)?,
