@@ -21,6 +21,8 @@
 //! running requests finish for a grace period, closes what is left, then
 //! stops the engine. See docs/api.md.
 
+pub mod anthropic;
+pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod config;
@@ -65,6 +67,7 @@ use crate::{home, scheduler::SchedulerHandle};
 pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.settings.max_body_bytes;
     let cors = cors_layer(&state.settings.cors_origins);
+    let gate = Arc::new(auth::AuthGate::new(&state.settings));
     let api = Router::new()
         .route("/chat/completions", post(chat::chat_completions))
         .route("/completions", post(completions::completions))
@@ -78,6 +81,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(info::not_found)
         .method_not_allowed_fallback(info::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(gate, auth::check))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_responses,
@@ -280,9 +284,22 @@ pub struct ServeArgs {
     /// Seconds running requests get to finish on SIGINT/SIGTERM [default: 10].
     #[arg(long)]
     pub shutdown_grace_seconds: Option<f64>,
-    /// Origin allowed by CORS (repeatable; `*` for any) [default: none].
+    /// Origin allowed by CORS (repeatable; `*` for any) [default: only the server's own].
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
+    /// API key clients must send (repeatable; plaintext or `sha256:HEX`); needed to bind a
+    /// non-loopback address.
+    #[arg(long = "api-key", env = "HEARTH_API_KEY", hide_env_values = true)]
+    pub api_keys: Vec<String>,
+    /// Most requests in flight per API key; more get 429 [default: no limit].
+    #[arg(long)]
+    pub key_max_concurrent: Option<usize>,
+    /// Most requests per minute per API key; more get 429 [default: no limit].
+    #[arg(long)]
+    pub key_requests_per_minute: Option<u32>,
+    /// Do not advertise the server with mDNS/DNS-SD in LAN mode.
+    #[arg(long)]
+    pub no_mdns: bool,
 }
 
 impl ServeArgs {
@@ -330,6 +347,18 @@ impl ServeArgs {
         }
         if !self.cors_origins.is_empty() {
             s.cors_origins = self.cors_origins;
+        }
+        if !self.api_keys.is_empty() {
+            s.api_keys = self.api_keys;
+        }
+        if let Some(v) = self.key_max_concurrent {
+            s.key_max_concurrent = v;
+        }
+        if let Some(v) = self.key_requests_per_minute {
+            s.key_requests_per_minute = v;
+        }
+        if self.no_mdns {
+            s.mdns = false;
         }
         s.validate()?;
         Ok(s)

@@ -91,11 +91,17 @@ impl TestServer {
     /// Starts `hearth serve --port 0 --model MODEL EXTRA...` and waits until
     /// it serves (model loaded).
     pub fn start(model: &Path, extra: &[&str]) -> TestServer {
+        Self::start_on("127.0.0.1", model, extra)
+    }
+
+    /// Like [`TestServer::start`], bound to `host` (requests still go to
+    /// 127.0.0.1 when `host` is a wildcard address).
+    pub fn start_on(host: &str, model: &Path, extra: &[&str]) -> TestServer {
         let log_dir = tempfile::tempdir().expect("tempdir");
         let log = log_dir.path().join("server.log");
         let log_file = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(serve_bin())
-            .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model"])
+            .args(["serve", "--host", host, "--port", "0", "--model"])
             .arg(model)
             .args(extra)
             .env("RUST_LOG", "hearth=info")
@@ -126,7 +132,10 @@ impl TestServer {
                 );
             }
         };
-        let addr: std::net::SocketAddr = addr.parse().expect("listen address");
+        let mut addr: std::net::SocketAddr = addr.parse().expect("listen address");
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         TestServer {
             child: Some(child),
             base: format!("http://{addr}"),
