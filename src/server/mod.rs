@@ -34,6 +34,8 @@ pub mod jobs;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
+pub mod tool_parser;
+pub mod tools;
 
 use std::{
     future::{Future, IntoFuture},
@@ -71,6 +73,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/chat/completions", post(chat::chat_completions))
         .route("/completions", post(completions::completions))
+        .route("/messages", post(anthropic::messages))
+        .route("/messages/count_tokens", post(anthropic::count_tokens))
         .route("/models", get(info::list_models))
         .route("/models/{model}", get(info::get_model));
     Router::new()

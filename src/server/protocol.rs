@@ -509,6 +509,23 @@ fn normalize_message(index: usize, message: &Value) -> Result<Value, ApiError> {
         }
     };
     let mut out = object.clone();
+    if let Some(Value::Array(calls)) = out.get_mut("tool_calls") {
+        // Clients send `arguments` as JSON text; templates iterate it as a
+        // mapping (Qwen3.5) or print it (Qwen3): give them the object.
+        for call in calls.iter_mut() {
+            if let Some(function) = call.get_mut("function").and_then(Value::as_object_mut) {
+                let parsed = match function.get("arguments") {
+                    Some(Value::String(text)) => serde_json::from_str::<Value>(text)
+                        .ok()
+                        .filter(Value::is_object),
+                    _ => None,
+                };
+                if let Some(args) = parsed {
+                    function.insert("arguments".into(), args);
+                }
+            }
+        }
+    }
     if role == "developer" {
         out.insert("role".into(), Value::String("system".into()));
     }
@@ -705,6 +722,8 @@ pub struct ChatMessageOut {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ToolCallOut>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -734,6 +753,8 @@ pub struct ChatDelta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
