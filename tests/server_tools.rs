@@ -12,7 +12,9 @@ use server_support::*;
 
 fn tools() -> Value {
     json!([{"type": "function", "function": {"name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])
+        "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+            "required": ["city"]}}}])
 }
 
 #[test]

@@ -314,6 +314,10 @@ fn to_chat_request(body: &Value, count_only: bool) -> Result<ChatCompletionReque
     if let Some(n) = max_tokens {
         chat["max_tokens"] = json!(n);
     }
+    if chat["stream"] == json!(true) {
+        // The final usage feeds `message_delta.usage`.
+        chat["stream_options"] = json!({"include_usage": true});
+    }
     // Anthropic's default temperature is 1, like OpenAI's.
     if let Some(stops) = object.get("stop_sequences").filter(|v| !v.is_null()) {
         chat["stop"] = stops.clone();
@@ -397,7 +401,9 @@ fn message_from_completion(
                 "name": call.function.name, "input": tool_input(&call.function.arguments)}));
         }
     }
-    // A stop string cut the text: say which one when it can be told.
+    // The chat path reports `stop` for end-of-sequence and stop strings
+    // alike, so a stop string is reported as `end_turn` (not yet
+    // `stop_sequence`).
     let _ = stop_sequences;
     json!({
         "id": id,

@@ -130,6 +130,9 @@ pub async fn chat_prompt(
         }
         other => template_options.tools = other,
     }
+    if !tools::template_takes_tools(template_source) {
+        tools::calls_into_content(&mut messages);
+    }
 
     let forced_prefix = tool_setup.as_ref().and_then(|t| t.forced_prefix.clone());
     let (text, tokens) = tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {

@@ -82,7 +82,7 @@ pub struct ChatCompletionRequest {
     /// Accepted and ignored (OpenAI's end-user id).
     #[serde(default)]
     pub user: Option<String>,
-    /// Passed to the chat template (tool calls are not parsed yet).
+    /// Passed to the chat template; calls are parsed out of the reply (tools.rs).
     #[serde(default)]
     pub tools: Option<Vec<Value>>,
     #[serde(default)]
@@ -531,17 +531,15 @@ fn normalize_message(index: usize, message: &Value) -> Result<Value, ApiError> {
     }
     match object.get("content") {
         None | Some(Value::Null) => {
-            let has_tool_calls = object.get("tool_calls").is_some_and(|c| !c.is_null());
-            if role != "assistant" || !has_tool_calls {
-                if role == "assistant" {
-                    // An empty assistant turn is harmless: render it as "".
-                    out.insert("content".into(), Value::String(String::new()));
-                } else {
-                    return Err(ApiError::invalid_param(
-                        param(".content"),
-                        format!("messages[{index}].content is missing."),
-                    ));
-                }
+            if role == "assistant" {
+                // An empty assistant turn (or one with only `tool_calls`) is
+                // harmless: render it as "" (templates concatenate `content`).
+                out.insert("content".into(), Value::String(String::new()));
+            } else {
+                return Err(ApiError::invalid_param(
+                    param(".content"),
+                    format!("messages[{index}].content is missing."),
+                ));
             }
         }
         Some(Value::String(_)) => {}
@@ -940,7 +938,7 @@ mod tests {
         let m = req.template_messages().expect("valid");
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["content"], "a\nb");
-        assert!(m[2]["content"].is_null());
+        assert_eq!(m[2]["content"], "");
         assert_eq!(m[3]["content"], "");
     }
 

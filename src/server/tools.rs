@@ -191,6 +191,35 @@ pub fn add_tools_to_system(messages: &mut Vec<Value>, tools: &[Value]) {
     messages.insert(0, serde_json::json!({"role": "system", "content": section}));
 }
 
+/// For templates that ignore `tools`: assistant `tool_calls` written into
+/// the content in the JSON call format, so the model sees its earlier calls.
+pub fn calls_into_content(messages: &mut [Value]) {
+    for message in messages.iter_mut() {
+        let Some(object) = message.as_object_mut() else {
+            continue;
+        };
+        let Some(Value::Array(calls)) = object.remove("tool_calls") else {
+            continue;
+        };
+        let mut text = object
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        for call in &calls {
+            let function = call.get("function").unwrap_or(call);
+            let name = function.get("name").cloned().unwrap_or(Value::Null);
+            let arguments = function.get("arguments").cloned().unwrap_or(Value::Null);
+            let body = serde_json::json!({"name": name, "arguments": arguments});
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&format!("<tool_call>\n{body}\n</tool_call>"));
+        }
+        object.insert("content".into(), Value::String(text));
+    }
+}
+
 /// A new call id (`call_` + 24 hex digits).
 pub fn call_id(prefix: &str) -> String {
     format!(

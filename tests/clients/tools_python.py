@@ -24,12 +24,8 @@ TOOLS = [{
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                        "required": ["city"]},
     },
-}, {
-    "type": "function",
-    "function": {"name": "get_time", "description": "Current time in a city",
-                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
 }]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
