@@ -77,9 +77,6 @@ pub struct ServerSettings {
     /// Most requests one key may start per minute (0 = no limit).
     #[serde(alias = "key-requests-per-minute")]
     pub key_requests_per_minute: u32,
-    /// Advertise the server with mDNS/DNS-SD when bound to a non-loopback
-    /// address.
-    pub mdns: bool,
 }
 
 impl Default for ServerSettings {
@@ -102,7 +99,6 @@ impl Default for ServerSettings {
             api_keys: Vec::new(),
             key_max_concurrent: 0,
             key_requests_per_minute: 0,
-            mdns: true,
         }
     }
 }

@@ -301,9 +301,6 @@ pub struct ServeArgs {
     /// Most requests per minute per API key; more get 429 [default: no limit].
     #[arg(long)]
     pub key_requests_per_minute: Option<u32>,
-    /// Do not advertise the server with mDNS/DNS-SD in LAN mode.
-    #[arg(long)]
-    pub no_mdns: bool,
 }
 
 impl ServeArgs {
@@ -360,9 +357,6 @@ impl ServeArgs {
         }
         if let Some(v) = self.key_requests_per_minute {
             s.key_requests_per_minute = v;
-        }
-        if self.no_mdns {
-            s.mdns = false;
         }
         s.validate()?;
         Ok(s)
