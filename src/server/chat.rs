@@ -38,6 +38,8 @@ use super::{
     },
     reasoning::{prompt_opens_reasoning, ReasoningSplitter},
     state::AppState,
+    tool_parser::ToolCall,
+    tools::{self, ToolCallDelta, ToolCallOut, ToolSetup},
 };
 use crate::{
     engine::sampling::Sampled,
@@ -52,6 +54,8 @@ struct ChatJob {
     reasoning: Option<bool>,
     /// Set when the request asked for anonymization.
     privacy: Option<RequestPrivacy>,
+    /// Tool calls are parsed out of the reply (the request gave `tools`).
+    tools: Option<ToolSetup>,
 }
 
 impl ChatJob {
@@ -72,6 +76,7 @@ impl ChatJob {
             splitter,
         )
         .with_restorer(self.privacy.as_ref().map(RequestPrivacy::restorer))
+        .with_tools(self.tools.as_ref().map(ToolSetup::parser))
     }
 
     fn wants_logprobs(&self) -> bool {
@@ -84,58 +89,163 @@ pub async fn chat_completions(
     headers: HeaderMap,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    let (_, private_alias) = privacy::split_model(request.model.as_deref());
+    let privacy = privacy::for_request(&headers, private_alias).await?;
+    let started = start_chat(state, request, privacy).await?;
+    let masked = started.masked_count();
+    let mut response = if started.job.ctx.options.stream {
+        let (tx, response) = sse_channel();
+        tokio::spawn(stream_chat(started.job, started.handles, tx));
+        response
+    } else {
+        let completion = collect_chat(&started.job, started.handles).await?;
+        Json(completion).into_response()
+    };
+    privacy::mark_response(&mut response, masked);
+    Ok(response)
+}
+
+/// A chat request's prompt, rendered and encoded.
+pub struct ChatPrompt {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    tools: Option<ToolSetup>,
+}
+
+/// Validates the conversation and tools and renders the prompt (also used
+/// by Anthropic's `count_tokens`).
+pub async fn chat_prompt(
+    state: &AppState,
+    request: &ChatCompletionRequest,
+) -> Result<ChatPrompt, ApiError> {
+    Ok(chat_prompt_with(state, request, None).await?.0)
+}
+
+/// [`chat_prompt`], anonymizing the conversation first when `privacy` is set
+/// (all messages in order with one conversation, so a value keeps its
+/// placeholder across turns); returns the privacy state for restoring.
+async fn chat_prompt_with(
+    state: &AppState,
+    request: &ChatCompletionRequest,
+    privacy: Option<RequestPrivacy>,
+) -> Result<(ChatPrompt, Option<RequestPrivacy>), ApiError> {
+    let mut messages = request.template_messages()?;
+    let mut template_options = request.template_options();
+    let tool_choice = tools::parse_tool_choice(request.tool_choice.as_ref(), "tool_choice")?;
+    let tokenizer = state.scheduler.tokenizer().clone();
+    let template_source = tokenizer
+        .named_chat_template("tool_use")
+        .or(tokenizer.chat_template())
+        .map(|t| t.source())
+        .unwrap_or("");
+    let (template_tools, tool_setup) = tools::plan(
+        request.tools.as_deref(),
+        &tool_choice,
+        template_source,
+        "tool_choice",
+    )?;
+    match template_tools {
+        // A template that ignores `tools` gets them in the system prompt.
+        Some(list) if !tools::template_takes_tools(template_source) => {
+            tools::add_tools_to_system(&mut messages, &list);
+            template_options.tools = None;
+        }
+        other => template_options.tools = other,
+    }
+    if !tools::template_takes_tools(template_source) {
+        tools::calls_into_content(&mut messages);
+    }
+    let (privacy, messages) = privacy::anonymize_messages(privacy, messages).await?;
+
+    let forced_prefix = tool_setup.as_ref().and_then(|t| t.forced_prefix.clone());
+    let (text, tokens) = tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {
+        let mut text = tokenizer.apply_chat_template(&messages, &template_options)?;
+        // `tool_choice` required or named: the reply starts inside a call.
+        text.push_str(forced_prefix.as_deref().unwrap_or(""));
+        // The template already holds any BOS token.
+        let ids = tokenizer.encode(&text, false)?;
+        Ok((text, ids))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
+    .map_err(prompt_error)?;
+    Ok((
+        ChatPrompt {
+            text,
+            tokens,
+            tools: tool_setup,
+        },
+        privacy,
+    ))
+}
+
+/// A chat request whose jobs are queued.
+pub struct StartedChat {
+    job: ChatJob,
+    handles: Vec<JobHandle>,
+}
+
+impl StartedChat {
+    pub fn options(&self) -> &super::protocol::GenerationOptions {
+        &self.job.ctx.options
+    }
+
+    pub fn prompt_tokens(&self) -> usize {
+        self.job.prompt_len
+    }
+
+    /// Spans masked in the request (`None`: anonymization not asked for).
+    pub fn masked_count(&self) -> Option<usize> {
+        self.job.privacy.as_ref().map(RequestPrivacy::masked_count)
+    }
+
+    /// The whole response.
+    pub async fn collect(self) -> Result<ChatCompletion, ApiError> {
+        collect_chat(&self.job, self.handles).await
+    }
+
+    /// The OpenAI SSE frames, as [`chat_completions`] streams them.
+    pub fn stream(self) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(stream_chat(self.job, self.handles, tx));
+        rx
+    }
+}
+
+/// Validates `request`, renders the prompt (anonymized when `privacy` is
+/// set) and queues its choices.
+pub async fn start_chat(
+    state: Arc<AppState>,
+    request: ChatCompletionRequest,
+    privacy: Option<RequestPrivacy>,
+) -> Result<StartedChat, ApiError> {
     state.check_accepting()?;
-    let (model, private_alias) = privacy::split_model(request.model.as_deref());
+    let (model, _) = privacy::split_model(request.model.as_deref());
     state.resolve_model(model)?;
     request.check_unsupported()?;
     let vocab_size = state.scheduler.info().config.vocab_size;
     let mut options = request
         .raw_options()?
         .validate(vocab_size, state.settings.max_n)?;
-    let messages = request.template_messages()?;
-    let template_options = request.template_options();
+    let (prompt, privacy) = chat_prompt_with(&state, &request, privacy).await?;
     drop(request);
-    let privacy = privacy::for_request(&headers, private_alias).await?;
-    let (privacy, messages) = privacy::anonymize_messages(privacy, messages).await?;
     if let Some(privacy) = &privacy {
         privacy.mask_stops(&mut options.stop);
     }
-
-    let tokenizer = state.scheduler.tokenizer().clone();
-    let (prompt_text, prompt_tokens) =
-        tokio::task::spawn_blocking(move || -> Result<_, TokenizerError> {
-            let text = tokenizer.apply_chat_template(&messages, &template_options)?;
-            // The template already holds any BOS token.
-            let ids = tokenizer.encode(&text, false)?;
-            Ok((text, ids))
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
-        .map_err(prompt_error)?;
     let reasoning = state
         .think_tags
         .as_ref()
-        .map(|tags| prompt_opens_reasoning(&prompt_text, tags));
-    drop(prompt_text);
+        .map(|tags| prompt_opens_reasoning(&prompt.text, tags));
 
-    let handles = submit_choices(&state, &prompt_tokens, &options, 0, "messages")?;
+    let handles = submit_choices(&state, &prompt.tokens, &options, 0, "messages")?;
     let job = ChatJob {
-        prompt_len: prompt_tokens.len(),
+        prompt_len: prompt.tokens.len(),
         reasoning,
         privacy,
+        tools: prompt.tools,
         ctx: StreamContext::new(state, "chatcmpl", options),
     };
-    let masked = job.privacy.as_ref().map(RequestPrivacy::masked_count);
-    let mut response = if job.ctx.options.stream {
-        let (tx, response) = sse_channel();
-        tokio::spawn(stream_chat(job, handles, tx));
-        response
-    } else {
-        let completion = collect_chat(&job, handles).await?;
-        Json(completion).into_response()
-    };
-    privacy::mark_response(&mut response, masked);
-    Ok(response)
+    Ok(StartedChat { job, handles })
 }
 
 /// The logprobs entry of one token.
@@ -167,6 +277,7 @@ struct Collected {
     content: String,
     reasoning: String,
     logprobs: Vec<TokenLogprob>,
+    calls: Vec<ToolCall>,
     end: Option<ChoiceEnd>,
     counts: ChoiceCounts,
 }
@@ -190,6 +301,7 @@ async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatComp
                     continue;
                 }
                 let step = decoder.push(&sampled).map_err(tokenizer_error)?;
+                choice.calls.extend(decoder.take_calls());
                 choice.content.push_str(&step.text.content);
                 choice.reasoning.push_str(&step.text.reasoning);
                 if job.wants_logprobs() && !step.is_eos {
@@ -198,7 +310,7 @@ async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatComp
                 if step.stopped && !step.is_eos {
                     // A stop string or stop token: cancel the job now.
                     handles[i] = None;
-                    choice.end = Some(ChoiceEnd::Stop);
+                    choice.end = Some(decoder.report_end(ChoiceEnd::Stop));
                     choice.counts = ChoiceCounts::new(job.prompt_len, decoder.tokens, None);
                 }
             }
@@ -206,14 +318,15 @@ async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatComp
                 handles[i] = None;
                 if !decoder.stopped {
                     let rest = decoder.finish().map_err(tokenizer_error)?;
+                    choice.calls.extend(decoder.take_calls());
                     choice.content.push_str(&rest.content);
                     choice.reasoning.push_str(&rest.reasoning);
                 }
-                choice.end = Some(if decoder.stopped {
+                choice.end = Some(decoder.report_end(if decoder.stopped {
                     ChoiceEnd::Stop
                 } else {
                     ChoiceEnd::from_summary(&summary)?
-                });
+                }));
                 choice.counts = ChoiceCounts::new(job.prompt_len, decoder.tokens, Some(&summary));
             }
             JobEvent::Failed(message) => {
@@ -231,8 +344,11 @@ async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatComp
             index,
             message: ChatMessageOut {
                 role: "assistant",
-                content: Some(c.content),
+                // With tool calls and no text, `content` is null (as OpenAI sends it).
+                content: (c.calls.is_empty() || !c.content.trim().is_empty()).then_some(c.content),
                 reasoning_content: decoder.saw_reasoning().then_some(c.reasoning),
+                tool_calls: (!c.calls.is_empty())
+                    .then(|| c.calls.into_iter().map(ToolCallOut::new).collect()),
             },
             logprobs: job.wants_logprobs().then_some(ChatLogprobs {
                 content: c.logprobs,
@@ -313,8 +429,30 @@ fn step_delta(step: &TokenStep, in_reasoning: bool) -> ChatDelta {
             role: None,
             content: (!content.is_empty()).then(|| content.clone()),
             reasoning_content: (!reasoning.is_empty()).then(|| reasoning.clone()),
+            tool_calls: None,
         },
     }
+}
+
+/// Adds completed tool calls to a delta (numbered from `*sent`); an empty
+/// `content` placeholder gives way to them.
+fn add_calls(mut delta: ChatDelta, calls: Vec<ToolCall>, sent: &mut usize) -> ChatDelta {
+    if calls.is_empty() {
+        return delta;
+    }
+    let deltas: Vec<ToolCallDelta> = calls
+        .into_iter()
+        .map(|call| {
+            let d = ToolCallOut::new(call).into_delta(*sent);
+            *sent += 1;
+            d
+        })
+        .collect();
+    if delta.content.as_deref() == Some("") {
+        delta.content = None;
+    }
+    delta.tool_calls = Some(deltas);
+    delta
 }
 
 /// A delta holding the given text, or an empty one.
@@ -323,6 +461,7 @@ fn text_delta(reasoning: String, content: String) -> ChatDelta {
         role: None,
         content: (!content.is_empty()).then_some(content),
         reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+        tool_calls: None,
     }
 }
 
@@ -341,6 +480,9 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
         .collect();
     // Text flushed by an end-of-sequence token, sent with the finish chunk.
     let mut pending: Vec<(String, String)> = handles.iter().map(|_| Default::default()).collect();
+    let mut pending_calls: Vec<Vec<ToolCall>> = handles.iter().map(|_| Vec::new()).collect();
+    // Tool calls sent per choice (the next call's `index`).
+    let mut calls_sent: Vec<usize> = handles.iter().map(|_| 0).collect();
 
     macro_rules! send {
         ($frame:expr) => {
@@ -356,6 +498,7 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
             role: Some("assistant"),
             content: Some(String::new()),
             reasoning_content: None,
+            tool_calls: None,
         };
         send!(writer.choice(index, first, None));
     }
@@ -388,32 +531,39 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                         return;
                     }
                 };
+                let calls = decoder.take_calls();
                 if step.is_eos {
                     // Counted; its place is the finish chunk.
                     let slot = &mut pending[i];
                     slot.0.push_str(&step.text.reasoning);
                     slot.1.push_str(&step.text.content);
+                    pending_calls[i].extend(calls);
                     continue;
                 }
                 let logprobs = job.wants_logprobs().then(|| ChatLogprobs {
                     content: vec![token_logprob(&mut labels, &sampled)],
                 });
-                send!(writer.choice(i, step_delta(&step, decoder.in_reasoning()), logprobs));
+                let delta = step_delta(&step, decoder.in_reasoning());
+                let delta = add_calls(delta, calls, &mut calls_sent[i]);
+                send!(writer.choice(i, delta, logprobs));
                 if step.stopped {
                     handles[i] = None;
                     counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, None);
-                    send!(writer.finish(i, ChatDelta::default(), ChoiceEnd::Stop));
+                    let end = decoder.report_end(ChoiceEnd::Stop);
+                    send!(writer.finish(i, ChatDelta::default(), end));
                 }
             }
             JobEvent::Finished(summary) => {
                 handles[i] = None;
                 let decoder = &mut decoders[i];
                 let (mut reasoning, mut content) = std::mem::take(&mut pending[i]);
+                let mut calls = std::mem::take(&mut pending_calls[i]);
                 if !decoder.stopped {
                     match decoder.finish() {
                         Ok(rest) => {
                             reasoning.push_str(&rest.reasoning);
                             content.push_str(&rest.content);
+                            calls.extend(decoder.take_calls());
                         }
                         Err(e) => {
                             let _ = tx
@@ -436,8 +586,10 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                         }
                     }
                 };
+                let end = decoder.report_end(end);
                 counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, Some(&summary));
-                send!(writer.finish(i, text_delta(reasoning, content), end));
+                let delta = add_calls(text_delta(reasoning, content), calls, &mut calls_sent[i]);
+                send!(writer.finish(i, delta, end));
             }
             JobEvent::Failed(message) => {
                 let error = failure(&message, job.ctx.state.is_shutting_down());

@@ -63,9 +63,20 @@ pub struct ServerSettings {
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[serde(alias = "shutdown-grace-seconds")]
     pub shutdown_grace_seconds: f64,
-    /// Origins allowed by CORS (`*` for any); empty = no CORS headers.
+    /// Origins allowed by CORS (`*` for any); empty = only the server's own
+    /// origin (no CORS headers; cross-origin requests are refused).
     #[serde(alias = "cors-origins")]
     pub cors_origins: Vec<String>,
+    /// API keys (plaintext or `sha256:HEX`); required to bind a
+    /// non-loopback address. Never serialized back out.
+    #[serde(alias = "api-keys", skip_serializing)]
+    pub api_keys: Vec<String>,
+    /// Most requests one key may have in flight (0 = no limit).
+    #[serde(alias = "key-max-concurrent")]
+    pub key_max_concurrent: usize,
+    /// Most requests one key may start per minute (0 = no limit).
+    #[serde(alias = "key-requests-per-minute")]
+    pub key_requests_per_minute: u32,
 }
 
 impl Default for ServerSettings {
@@ -85,6 +96,9 @@ impl Default for ServerSettings {
             max_n: 16,
             shutdown_grace_seconds: 10.0,
             cors_origins: Vec::new(),
+            api_keys: Vec::new(),
+            key_max_concurrent: 0,
+            key_requests_per_minute: 0,
         }
     }
 }
@@ -167,6 +181,22 @@ impl ServerSettings {
         if self.aliases.iter().any(|a| a.trim().is_empty()) {
             return invalid("aliases", "an alias may not be empty");
         }
+        for key in &self.api_keys {
+            if let Err(reason) = super::auth::parse_configured_key(key) {
+                return invalid("api_keys", &reason);
+            }
+        }
+        if !self.is_loopback() && self.api_keys.is_empty() {
+            return Err(ConfigError::Invalid {
+                name: "host",
+                reason: format!(
+                    "binding to {} exposes the server beyond this machine, so it needs at \
+                     least one API key: pass --api-key KEY (or set HEARTH_API_KEY, or \
+                     `api_keys` in the config file), or bind 127.0.0.1",
+                    self.host
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -181,6 +211,12 @@ impl ServerSettings {
             })?
         };
         Ok(SocketAddr::new(ip, self.port))
+    }
+
+    /// Whether the server listens only on this machine (127.0.0.0/8, ::1,
+    /// `localhost`).
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost" || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 
     /// The scheduler's part of the settings.
@@ -255,6 +291,43 @@ mod tests {
         };
         assert!(s.validate().is_err());
         assert!(ServerSettings::default().validate().is_ok());
+    }
+
+    #[test]
+    fn non_loopback_needs_a_key() {
+        let lan = ServerSettings {
+            host: "0.0.0.0".into(),
+            ..ServerSettings::default()
+        };
+        let err = lan.validate().unwrap_err().to_string();
+        assert!(err.contains("--api-key"), "{err}");
+        let keyed = ServerSettings {
+            api_keys: vec!["k".into()],
+            ..lan.clone()
+        };
+        assert!(keyed.validate().is_ok());
+        for host in ["127.0.0.1", "127.0.0.2", "::1", "localhost"] {
+            let s = ServerSettings {
+                host: host.into(),
+                ..ServerSettings::default()
+            };
+            assert!(s.is_loopback() && s.validate().is_ok(), "{host}");
+        }
+        let bad_hash = ServerSettings {
+            api_keys: vec!["sha256:12".into()],
+            ..ServerSettings::default()
+        };
+        assert!(bad_hash.validate().is_err());
+    }
+
+    #[test]
+    fn keys_are_never_serialized() {
+        let s = ServerSettings {
+            api_keys: vec!["top-secret".into()],
+            ..ServerSettings::default()
+        };
+        let json = serde_json::to_string(&s).expect("json");
+        assert!(!json.contains("top-secret"), "{json}");
     }
 
     #[test]

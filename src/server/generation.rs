@@ -22,6 +22,7 @@ use super::{
     error::ApiError,
     privacy::OutputRestorer,
     reasoning::{ReasoningSplitter, SplitDelta},
+    tool_parser::{ToolCall, ToolCallParser},
 };
 use crate::{
     engine::{sampling::Sampled, text::TextStream},
@@ -35,6 +36,8 @@ pub enum ChoiceEnd {
     Stop,
     /// `max_tokens` or the context filled up.
     Length,
+    /// The model called tools (chat with `tools`).
+    ToolCalls,
 }
 
 impl ChoiceEnd {
@@ -42,6 +45,7 @@ impl ChoiceEnd {
         match self {
             ChoiceEnd::Stop => "stop",
             ChoiceEnd::Length => "length",
+            ChoiceEnd::ToolCalls => "tool_calls",
         }
     }
 
@@ -85,6 +89,10 @@ pub struct TokenStep {
 pub struct ChoiceDecoder<'t> {
     text: TextStream<'t>,
     reasoning: Option<ReasoningSplitter>,
+    /// Tool calls are parsed out of the content (chat with `tools`).
+    tools: Option<ToolCallParser>,
+    /// Calls parsed and not yet taken ([`ChoiceDecoder::take_calls`]).
+    new_calls: Vec<ToolCall>,
     eos_token_ids: &'t [u32],
     stop_at_eos: bool,
     stop_token_ids: &'t [u32],
@@ -109,6 +117,8 @@ impl<'t> ChoiceDecoder<'t> {
         ChoiceDecoder {
             text: TextStream::new(tokenizer, stops),
             reasoning,
+            tools: None,
+            new_calls: Vec::new(),
             eos_token_ids,
             stop_at_eos,
             stop_token_ids,
@@ -122,6 +132,32 @@ impl<'t> ChoiceDecoder<'t> {
     pub fn with_restorer(mut self, restorer: Option<OutputRestorer>) -> Self {
         self.restorer = restorer;
         self
+    }
+
+    /// Parses tool calls out of the content with `parser`.
+    pub fn with_tools(mut self, parser: Option<ToolCallParser>) -> Self {
+        self.tools = parser;
+        self
+    }
+
+    /// Tool calls completed since the last call.
+    pub fn take_calls(&mut self) -> Vec<ToolCall> {
+        std::mem::take(&mut self.new_calls)
+    }
+
+    /// Whether the choice made any tool call.
+    pub fn made_calls(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| t.calls_seen() > 0)
+    }
+
+    /// How a choice that ended on `end` is reported: `tool_calls` when it
+    /// stopped after calling tools.
+    pub fn report_end(&self, end: ChoiceEnd) -> ChoiceEnd {
+        if end == ChoiceEnd::Stop && self.made_calls() {
+            ChoiceEnd::ToolCalls
+        } else {
+            end
+        }
     }
 
     /// Feeds one sampled token. Call only while `!self.stopped`.
@@ -156,6 +192,10 @@ impl<'t> ChoiceDecoder<'t> {
             is_eos: false,
         };
         if !delta.stopped && self.stop_token_ids.contains(&sampled.token) {
+            step.stopped = true;
+        }
+        if self.tools.as_ref().is_some_and(ToolCallParser::done) {
+            // A forced tool call is complete.
             step.stopped = true;
         }
         if step.stopped {
@@ -193,12 +233,27 @@ impl<'t> ChoiceDecoder<'t> {
     }
 
     fn split(&mut self, text: &str) -> SplitDelta {
-        match &mut self.reasoning {
+        let mut out = match &mut self.reasoning {
             Some(splitter) => splitter.push(text),
             None => SplitDelta {
                 reasoning: String::new(),
                 content: text.to_string(),
             },
+        };
+        out.content = self.parse_tools(&out.content);
+        out
+    }
+
+    /// Content through the tool-call parser, if any: the plain text back,
+    /// the calls kept for [`ChoiceDecoder::take_calls`].
+    fn parse_tools(&mut self, content: &str) -> String {
+        match &mut self.tools {
+            Some(parser) => {
+                let delta = parser.push(content);
+                self.new_calls.extend(delta.calls);
+                delta.text
+            }
+            None => content.to_string(),
         }
     }
 
@@ -208,7 +263,13 @@ impl<'t> ChoiceDecoder<'t> {
         if let Some(splitter) = &mut self.reasoning {
             let tail = splitter.finish();
             out.reasoning.push_str(&tail.reasoning);
-            out.content.push_str(&tail.content);
+            let content = self.parse_tools(&tail.content);
+            out.content.push_str(&content);
+        }
+        if let Some(parser) = &mut self.tools {
+            let tail = parser.finish();
+            self.new_calls.extend(tail.calls);
+            out.content.push_str(&tail.text);
         }
         Ok(out)
     }

@@ -308,10 +308,17 @@ impl ModelManager {
 }
 
 /// The service `serve` runs: the manager's own routes, then the served
-/// model's router.
+/// model's router. The manager's routes (load, unload, download, status)
+/// sit behind the same API-key gate as the model's routes (docs/api.md);
+/// the model's router applies its own.
 pub fn app(manager: Arc<ModelManager>) -> Router {
     let fallback_manager = manager.clone();
+    let gate = Arc::new(super::auth::AuthGate::new(manager.settings()));
     super::api::manager_routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            gate,
+            super::auth::check,
+        ))
         .with_state(manager)
         .fallback(move |request: Request<Body>| {
             let manager = fallback_manager.clone();

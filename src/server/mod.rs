@@ -28,7 +28,9 @@
 //! running requests finish for a grace period, closes what is left, then
 //! stops the engine. See docs/api.md.
 
+pub mod anthropic;
 pub mod api;
+pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod config;
@@ -42,6 +44,8 @@ pub mod privacy;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
+pub mod tool_parser;
+pub mod tools;
 pub mod ui;
 
 use std::{
@@ -76,9 +80,12 @@ use crate::home;
 pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.settings.max_body_bytes;
     let cors = cors_layer(&state.settings.cors_origins);
+    let gate = Arc::new(auth::AuthGate::new(&state.settings));
     let api = Router::new()
         .route("/chat/completions", post(chat::chat_completions))
         .route("/completions", post(completions::completions))
+        .route("/messages", post(anthropic::messages))
+        .route("/messages/count_tokens", post(anthropic::count_tokens))
         .route("/models", get(info::list_models))
         .route("/models/{model}", get(info::get_model));
     Router::new()
@@ -95,6 +102,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(info::not_found)
         .method_not_allowed_fallback(info::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(gate, auth::check))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_responses,
@@ -300,9 +308,19 @@ pub struct ServeArgs {
     /// Seconds running requests get to finish on SIGINT/SIGTERM [default: 10].
     #[arg(long)]
     pub shutdown_grace_seconds: Option<f64>,
-    /// Origin allowed by CORS (repeatable; `*` for any) [default: none].
+    /// Origin allowed by CORS (repeatable; `*` for any) [default: only the server's own].
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
+    /// API key clients must send (repeatable; plaintext or `sha256:HEX`); needed to bind a
+    /// non-loopback address.
+    #[arg(long = "api-key", env = "HEARTH_API_KEY", hide_env_values = true)]
+    pub api_keys: Vec<String>,
+    /// Most requests in flight per API key; more get 429 [default: no limit].
+    #[arg(long)]
+    pub key_max_concurrent: Option<usize>,
+    /// Most requests per minute per API key; more get 429 [default: no limit].
+    #[arg(long)]
+    pub key_requests_per_minute: Option<u32>,
 }
 
 impl ServeArgs {
@@ -350,6 +368,15 @@ impl ServeArgs {
         }
         if !self.cors_origins.is_empty() {
             s.cors_origins = self.cors_origins;
+        }
+        if !self.api_keys.is_empty() {
+            s.api_keys = self.api_keys;
+        }
+        if let Some(v) = self.key_max_concurrent {
+            s.key_max_concurrent = v;
+        }
+        if let Some(v) = self.key_requests_per_minute {
+            s.key_requests_per_minute = v;
         }
         s.validate()?;
         Ok(s)

@@ -82,7 +82,7 @@ pub struct ChatCompletionRequest {
     /// Accepted and ignored (OpenAI's end-user id).
     #[serde(default)]
     pub user: Option<String>,
-    /// Passed to the chat template (tool calls are not parsed yet).
+    /// Passed to the chat template; calls are parsed out of the reply (tools.rs).
     #[serde(default)]
     pub tools: Option<Vec<Value>>,
     #[serde(default)]
@@ -509,22 +509,37 @@ fn normalize_message(index: usize, message: &Value) -> Result<Value, ApiError> {
         }
     };
     let mut out = object.clone();
+    if let Some(Value::Array(calls)) = out.get_mut("tool_calls") {
+        // Clients send `arguments` as JSON text; templates iterate it as a
+        // mapping (Qwen3.5) or print it (Qwen3): give them the object.
+        for call in calls.iter_mut() {
+            if let Some(function) = call.get_mut("function").and_then(Value::as_object_mut) {
+                let parsed = match function.get("arguments") {
+                    Some(Value::String(text)) => serde_json::from_str::<Value>(text)
+                        .ok()
+                        .filter(Value::is_object),
+                    _ => None,
+                };
+                if let Some(args) = parsed {
+                    function.insert("arguments".into(), args);
+                }
+            }
+        }
+    }
     if role == "developer" {
         out.insert("role".into(), Value::String("system".into()));
     }
     match object.get("content") {
         None | Some(Value::Null) => {
-            let has_tool_calls = object.get("tool_calls").is_some_and(|c| !c.is_null());
-            if role != "assistant" || !has_tool_calls {
-                if role == "assistant" {
-                    // An empty assistant turn is harmless: render it as "".
-                    out.insert("content".into(), Value::String(String::new()));
-                } else {
-                    return Err(ApiError::invalid_param(
-                        param(".content"),
-                        format!("messages[{index}].content is missing."),
-                    ));
-                }
+            if role == "assistant" {
+                // An empty assistant turn (or one with only `tool_calls`) is
+                // harmless: render it as "" (templates concatenate `content`).
+                out.insert("content".into(), Value::String(String::new()));
+            } else {
+                return Err(ApiError::invalid_param(
+                    param(".content"),
+                    format!("messages[{index}].content is missing."),
+                ));
             }
         }
         Some(Value::String(_)) => {}
@@ -705,6 +720,8 @@ pub struct ChatMessageOut {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ToolCallOut>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -734,6 +751,8 @@ pub struct ChatDelta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -919,7 +938,7 @@ mod tests {
         let m = req.template_messages().expect("valid");
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["content"], "a\nb");
-        assert!(m[2]["content"].is_null());
+        assert_eq!(m[2]["content"], "");
         assert_eq!(m[3]["content"], "");
     }
 

@@ -96,11 +96,26 @@ impl TestServer {
 
     /// [`TestServer::start`] with extra environment variables.
     pub fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &Path)]) -> TestServer {
+        Self::start_on_with_env("127.0.0.1", model, extra, env)
+    }
+
+    /// Like [`TestServer::start`], bound to `host` (requests still go to
+    /// 127.0.0.1 when `host` is a wildcard address).
+    pub fn start_on(host: &str, model: &Path, extra: &[&str]) -> TestServer {
+        Self::start_on_with_env(host, model, extra, &[])
+    }
+
+    fn start_on_with_env(
+        host: &str,
+        model: &Path,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> TestServer {
         let log_dir = tempfile::tempdir().expect("tempdir");
         let log = log_dir.path().join("server.log");
         let log_file = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(serve_bin())
-            .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model"])
+            .args(["serve", "--host", host, "--port", "0", "--model"])
             .arg(model)
             .args(extra)
             .envs(env.iter().copied())
@@ -132,7 +147,10 @@ impl TestServer {
                 );
             }
         };
-        let addr: std::net::SocketAddr = addr.parse().expect("listen address");
+        let mut addr: std::net::SocketAddr = addr.parse().expect("listen address");
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         TestServer {
             child: Some(child),
             base: format!("http://{addr}"),
