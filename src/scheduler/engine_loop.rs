@@ -49,6 +49,8 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
             let model = loaded.model;
             let config_m = model.config.clone();
             let kv_bytes_per_token = config_m.kv_bytes_per_token(activation_bytes(&model));
+            let state_bytes_per_sequence =
+                config_m.state_bytes_per_sequence(activation_bytes(&model));
             let info = ModelInfo {
                 id: path
                     .file_name()
@@ -59,6 +61,7 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 eos_token_ids: eos_token_ids.clone(),
                 weight_bytes: model.nbytes(),
                 kv_bytes_per_token,
+                state_bytes_per_sequence,
                 device: crate::device::DeviceInfo::detect(),
                 config: config_m,
             };
@@ -266,7 +269,8 @@ impl EngineLoop {
             let row = self.rows.next_free();
             let needed = prompt_len + max_tokens;
             let target = grown_shape(self.shape, row, needed, self.config.max_running);
-            let bytes = shape_bytes(target, self.info.kv_bytes_per_token);
+            let bytes = shape_bytes(target, self.info.kv_bytes_per_token)
+                + target.rows * self.info.state_bytes_per_sequence;
             if bytes > self.kv_budget && !self.running.is_empty() {
                 break; // wait for running sequences to finish
             }
@@ -336,13 +340,17 @@ impl EngineLoop {
         let span = self.rows.span();
         let mut positions = vec![0usize; span];
         let mut tokens = vec![0i32; span];
+        let mut active = vec![false; span];
         for s in &self.running {
             positions[s.row] = s.next_position();
             if s.decoding() {
                 tokens[s.row] = s.last_token as i32;
+                active[s.row] = true;
             }
         }
-        let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions);
+        // Passenger rows (free or mid-prefill) keep their recurrent state.
+        let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions)
+            .with_active_rows(&active);
         let ids = Array::from_slice(&tokens, &[span as i32, 1]);
         let mut views: Vec<CacheView> = self
             .kv
@@ -509,7 +517,10 @@ impl EngineLoop {
         let used: usize = self
             .running
             .iter()
-            .map(|s| (s.prefilled + s.generated) * self.info.kv_bytes_per_token)
+            .map(|s| {
+                (s.prefilled + s.generated) * self.info.kv_bytes_per_token
+                    + self.info.state_bytes_per_sequence
+            })
             .sum();
         let allocated: usize = self.kv.iter().map(BatchKv::nbytes).sum();
         self.metrics.set_kv(used, allocated);
