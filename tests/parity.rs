@@ -210,6 +210,15 @@ fn qwen3_5_matches_mlx_lm() {
     assert_parity(dir.path(), &prompt_ids(300, 5), 128, true);
 }
 
+/// Qwen3.5-MoE: the same hybrid stack with a routed top-k MoE and a gated
+/// shared expert in every layer.
+#[test]
+fn qwen3_5_moe_matches_mlx_lm() {
+    let dir = tempfile::tempdir().unwrap();
+    dummy("qwen3_5_moe", dir.path(), "qwen3.5-moe-tiny");
+    assert_parity(dir.path(), &prompt_ids(150, 7), 64, true);
+}
+
 #[test]
 fn qwen3_5_quantized_matches_mlx_lm() {
     let dir = tempfile::tempdir().unwrap();
@@ -228,4 +237,27 @@ fn qwen3_5_quantized_matches_mlx_lm() {
         "4",
     ]);
     assert_parity(&out, &prompt_ids(40, 6), 16, true);
+    // MoE: mlx-lm keeps the router and shared-expert gate at 8 bits.
+    let source = dir.path().join("moe-f32");
+    dummy(
+        "qwen3_5_moe",
+        &source,
+        "qwen3.5-moe-tiny,hidden=128,moe_ffn=64,shared_ffn=64",
+    );
+    let out = dir.path().join("moe-q4");
+    run_python(&[
+        "-m",
+        "mlx_lm.convert",
+        "--hf-path",
+        source.to_str().unwrap(),
+        "--mlx-path",
+        out.to_str().unwrap(),
+        "-q",
+        "--q-bits",
+        "4",
+    ]);
+    let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
+    let q = config.quantization.as_ref().unwrap();
+    assert_eq!(q.for_module("language_model.model.layers.0.mlp.gate").unwrap().bits, 8);
+    assert_parity(&out, &prompt_ids(40, 8), 16, true);
 }

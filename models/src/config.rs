@@ -15,7 +15,8 @@ use crate::{
 };
 
 /// Architectures this crate can run, by `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_moe"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"];
 
 /// Quantization parameters of one layer (MLX affine quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +111,8 @@ pub enum RopeScaling {
 }
 
 /// Qwen3.5 (`qwen3_5`, `qwen3_5_moe`): which layers are Gated DeltaNet
-/// (linear attention) and their dimensions; the MoE block when sparse.
+/// (linear attention) and their dimensions. The sparse MoE block of
+/// `qwen3_5_moe` is read by [`crate::moe::MoeConfig`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct HybridConfig {
     /// One entry per layer: true for full (softmax) attention.
@@ -122,24 +124,12 @@ pub struct HybridConfig {
     pub linear_conv_kernel_dim: usize,
     /// Share of `head_dim` that full attention rotates (0.25).
     pub partial_rotary_factor: f32,
-    pub moe: Option<SparseMoeConfig>,
-}
-
-/// A top-k routed mixture of SwiGLU experts plus a gated shared expert.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SparseMoeConfig {
-    pub num_experts: usize,
-    pub num_experts_per_tok: usize,
-    pub moe_intermediate_size: usize,
-    pub shared_expert_intermediate_size: usize,
-    pub norm_topk_prob: bool,
 }
 
 impl HybridConfig {
     fn from_json(
         obj: &serde_json::Map<String, Value>,
         layers: usize,
-        sparse: bool,
         path: &Path,
     ) -> Result<Self> {
         let num = |k: &str, default: usize| -> usize {
@@ -183,16 +173,6 @@ impl HybridConfig {
             linear_value_head_dim: num("linear_value_head_dim", 128),
             linear_conv_kernel_dim: num("linear_conv_kernel_dim", 4),
             partial_rotary_factor,
-            moe: sparse.then(|| SparseMoeConfig {
-                num_experts: num("num_experts", 256),
-                num_experts_per_tok: num("num_experts_per_tok", 8),
-                moe_intermediate_size: num("moe_intermediate_size", 512),
-                shared_expert_intermediate_size: num("shared_expert_intermediate_size", 512),
-                norm_topk_prob: obj
-                    .get("norm_topk_prob")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true),
-            }),
         };
         let bad = |m: &str| Err(ModelError::config(path, m.to_string()));
         if config.linear_num_key_heads == 0
@@ -202,11 +182,6 @@ impl HybridConfig {
         }
         if config.linear_conv_kernel_dim < 2 {
             return bad("linear_conv_kernel_dim must be at least 2");
-        }
-        if let Some(m) = &config.moe {
-            if m.num_experts_per_tok == 0 || m.num_experts_per_tok > m.num_experts {
-                return bad("num_experts_per_tok must be between 1 and num_experts");
-            }
         }
         Ok(config)
     }
@@ -361,7 +336,6 @@ impl ModelConfig {
             Some(HybridConfig::from_json(
                 obj,
                 req("num_hidden_layers")?,
-                model_type == "qwen3_5_moe",
                 path,
             )?)
         } else {
@@ -433,7 +407,7 @@ impl ModelConfig {
             // Qwen2 always has q/k/v biases; Llama only when configured.
             attention_bias: opt_b("attention_bias").unwrap_or(model_type == "qwen2"),
             mlp_bias: opt_b("mlp_bias").unwrap_or(false),
-            qk_norm: model_type == "qwen3" || is_hybrid,
+            qk_norm: model_type == "qwen3" || model_type == "qwen3_moe" || is_hybrid,
             hybrid,
             quantization,
             eos_token_ids: ids_from(obj.get("eos_token_id")),

@@ -5,9 +5,10 @@
 //! a [`Model`] that runs forward passes over per-sequence
 //! [`KvCache`]s, plus the [`Tokenizer`] (with its chat template).
 //!
-//! Architectures live one per file (`llama`, `qwen2`, `qwen3`, `qwen3_5`) and
-//! share the layers in [`layers`] (Qwen3.5 adds the Gated DeltaNet layer in
-//! [`deltanet`]); [`load`] picks one by `model_type`.
+//! Architectures live one per file (`llama`, `qwen2`, `qwen3`, `qwen3_moe`,
+//! `qwen3_5`) and share the layers in [`layers`] (the sparse MoE block in
+//! [`moe`], Qwen3.5's Gated DeltaNet layer in [`deltanet`]); [`load`] picks
+//! one by `model_type`.
 
 pub mod cache;
 pub mod chat_template;
@@ -19,9 +20,11 @@ pub mod gguf;
 pub mod layers;
 pub mod llama;
 pub mod model;
+pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_5;
+pub mod qwen3_moe;
 pub mod tokenizer;
 pub mod weights;
 
@@ -103,6 +106,7 @@ pub fn build(config: ModelConfig, weights: &mut Weights) -> Result<Model> {
         "llama" => llama::load(config, weights).map(Model::from),
         "qwen2" => qwen2::load(config, weights).map(Model::from),
         "qwen3" => qwen3::load(config, weights).map(Model::from),
+        "qwen3_moe" => qwen3_moe::load(config, weights).map(Model::from),
         "qwen3_5" | "qwen3_5_moe" => qwen3_5::load(config, weights).map(Model::from),
         other => Err(ModelError::UnknownArchitecture {
             path: weights.source().to_path_buf(),

@@ -1,7 +1,8 @@
 //! The Llama decoder: pre-norm transformer blocks of grouped-query attention
 //! and a SwiGLU MLP, RMSNorm, rotary positions (incl. Llama 3 scaling) and
 //! optionally tied embeddings. Qwen2 and Qwen3 reuse it with their switches
-//! (`attention_bias`, `qk_norm`) set by their own files.
+//! (`attention_bias`, `qk_norm`) set by their own files; Qwen3-MoE swaps the
+//! MLP of some layers for a sparse mixture-of-experts block ([`crate::moe`]).
 
 use mlx_rs::Array;
 
@@ -9,24 +10,31 @@ use crate::{
     cache::{CacheView, KvCache},
     config::ModelConfig,
     error::{ModelError, Result},
-    layers::{last_position, Attention, Embedding, Linear, Mlp, RmsNorm},
+    layers::{last_position, Attention, Embedding, Linear, RmsNorm},
+    moe::{FeedForward, MoeConfig},
     weights::Weights,
 };
 
 #[derive(Debug)]
 pub struct DecoderLayer {
     self_attn: Attention,
-    mlp: Mlp,
+    mlp: FeedForward,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
 }
 
 impl DecoderLayer {
-    fn load(weights: &mut Weights, prefix: &str, config: &ModelConfig) -> Result<Self> {
+    fn load(
+        weights: &mut Weights,
+        layer: usize,
+        config: &ModelConfig,
+        moe: Option<&MoeConfig>,
+    ) -> Result<Self> {
         let eps = config.rms_norm_eps;
+        let prefix = format!("model.layers.{layer}");
         Ok(DecoderLayer {
             self_attn: Attention::load(weights, &format!("{prefix}.self_attn"), config)?,
-            mlp: Mlp::load(weights, &format!("{prefix}.mlp"), config.mlp_bias)?,
+            mlp: FeedForward::load(weights, &format!("{prefix}.mlp"), config, moe, layer)?,
             input_layernorm: RmsNorm::load(weights, &format!("{prefix}.input_layernorm"), eps)?,
             post_attention_layernorm: RmsNorm::load(
                 weights,
@@ -49,7 +57,7 @@ impl DecoderLayer {
     }
 }
 
-/// A dense decoder-only language model.
+/// A decoder-only language model (dense, or with sparse MoE layers).
 #[derive(Debug)]
 pub struct Model {
     pub config: ModelConfig,
@@ -63,9 +71,19 @@ pub struct Model {
 impl Model {
     /// Builds the model from `weights` (Hugging Face names), consuming them.
     pub fn load(config: ModelConfig, weights: &mut Weights) -> Result<Self> {
+        Self::load_with_moe(config, weights, None)
+    }
+
+    /// As [`Model::load`], with the layers `moe` selects built as sparse
+    /// mixture-of-experts blocks.
+    pub fn load_with_moe(
+        config: ModelConfig,
+        weights: &mut Weights,
+        moe: Option<&MoeConfig>,
+    ) -> Result<Self> {
         let embed_tokens = Embedding::load(weights, "model.embed_tokens")?;
         let layers = (0..config.num_hidden_layers)
-            .map(|i| DecoderLayer::load(weights, &format!("model.layers.{i}"), &config))
+            .map(|i| DecoderLayer::load(weights, i, &config, moe))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(weights, "model.norm", config.rms_norm_eps)?;
         // An explicit `tie_word_embeddings` wins; otherwise a checkpoint

@@ -22,7 +22,8 @@ use crate::{
     config::{HybridConfig, ModelConfig},
     deltanet::GatedDeltaNet,
     error::{ModelError, Result},
-    layers::{last_position, Embedding, Linear, Mlp, RmsNorm, Rope},
+    layers::{last_position, Embedding, Linear, RmsNorm, Rope},
+    moe::{FeedForward, MoeConfig},
     weights::Weights,
 };
 
@@ -133,7 +134,7 @@ enum Mixer {
 #[derive(Debug)]
 struct DecoderLayer {
     mixer: Mixer,
-    mlp: Mlp,
+    mlp: FeedForward,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
 }
@@ -258,10 +259,12 @@ impl Model {
         });
         let Layout { model, lm_head } = layout(weights);
         fold_hf_norms(weights, model)?;
-        if hybrid.moe.is_some() {
+        // Hugging Face's Qwen3.5 default renormalises the top-k weights.
+        let moe = MoeConfig::from_config(&config, true)?;
+        if config.model_type == "qwen3_5_moe" && moe.is_none() {
             return Err(ModelError::config(
                 weights.source(),
-                "qwen3_5_moe needs the sparse MoE block, not built yet",
+                "qwen3_5_moe config without `num_experts`",
             ));
         }
         let eps = config.rms_norm_eps;
@@ -286,7 +289,7 @@ impl Model {
             };
             layers.push(DecoderLayer {
                 mixer,
-                mlp: Mlp::load(weights, &format!("{p}.mlp"), false)?,
+                mlp: FeedForward::load(weights, &format!("{p}.mlp"), &config, moe.as_ref(), i)?,
                 input_layernorm: RmsNorm::load(weights, &format!("{p}.input_layernorm"), eps)?,
                 post_attention_layernorm: RmsNorm::load(
                     weights,

@@ -160,6 +160,18 @@ impl DummyShape {
                 "vocab" | "vocab_size" => shape.vocab_size = Some(n()?),
                 "context" | "max_position_embeddings" => shape.max_position_embeddings = n()?,
                 "tie" => shape.tie_word_embeddings = v == "true" || v == "1",
+                "experts" | "top_k" | "moe_ffn" | "shared_ffn" => {
+                    let Some(hy) = shape.hybrid.as_mut().filter(|h| h.experts > 0) else {
+                        bail!("`{k}` needs a qwen3.5-moe shape");
+                    };
+                    let value = n()?;
+                    match k {
+                        "experts" => hy.experts = value,
+                        "top_k" => hy.experts_per_token = value,
+                        "moe_ffn" => hy.moe_intermediate_size = value,
+                        _ => hy.shared_expert_intermediate_size = value,
+                    }
+                }
                 _ => bail!("unknown shape key `{k}`"),
             }
         }
@@ -167,6 +179,11 @@ impl DummyShape {
             || shape.num_attention_heads % shape.num_key_value_heads != 0
         {
             bail!("heads must be a multiple of kv_heads");
+        }
+        if let Some(hy) = &shape.hybrid {
+            if hy.experts > 0 && !(1..=hy.experts).contains(&hy.experts_per_token) {
+                bail!("top_k must be between 1 and experts");
+            }
         }
         Ok(shape)
     }
