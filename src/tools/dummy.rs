@@ -438,7 +438,7 @@ fn hybrid_layer_tensors(
             Init::Wide,
         );
         push("linear_attn.dt_bias", vec![vh], Init::Ones);
-        push("linear_attn.A_log", vec![vh], Init::Wide);
+        push("linear_attn.A_log", vec![vh], Init::LogDecayRate);
         push(
             "linear_attn.norm.weight",
             vec![hy.linear_value_dim as i32],
@@ -472,8 +472,11 @@ fn hybrid_layer_tensors(
 enum Init {
     Normal,
     Ones,
-    /// Standard normal (convolution taps, log decay rates).
+    /// Normal with std 0.5 (convolution taps).
     Wide,
+    /// `A_log` around -3 (std 1): per-token decays from ~0.8 to ~0.99, so
+    /// the recurrent state remembers tens to hundreds of tokens.
+    LogDecayRate,
 }
 
 impl Init {
@@ -487,6 +490,10 @@ impl Init {
             Init::Wide => {
                 let key = random::key(seed)?;
                 random::normal::<f32>(shape, 0.0, 0.5, &key)?
+            }
+            Init::LogDecayRate => {
+                let key = random::key(seed)?;
+                random::normal::<f32>(shape, -3.0, 1.0, &key)?
             }
         };
         let a = a.as_dtype(dtype)?;
