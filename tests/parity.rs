@@ -258,7 +258,12 @@ fn qwen3_5_quantized_matches_mlx_lm() {
     ]);
     let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
     let q = config.quantization.as_ref().unwrap();
-    assert_eq!(q.for_module("language_model.model.layers.0.mlp.gate").unwrap().bits, 8);
+    assert_eq!(
+        q.for_module("language_model.model.layers.0.mlp.gate")
+            .unwrap()
+            .bits,
+        8
+    );
     // mlx-lm 0.32.2 cannot run its own quantized experts on mlx 0.32.2
     // (`gather_qmm(global_scale=...)`), so there is no live reference here:
     // Hearth must load the mixed 4/8-bit mlx-community layout and generate.

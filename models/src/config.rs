@@ -15,8 +15,14 @@ use crate::{
 };
 
 /// Architectures this crate can run, by `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] =
-    &["llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+];
 
 /// Quantization parameters of one layer (MLX affine quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,11 +133,7 @@ pub struct HybridConfig {
 }
 
 impl HybridConfig {
-    fn from_json(
-        obj: &serde_json::Map<String, Value>,
-        layers: usize,
-        path: &Path,
-    ) -> Result<Self> {
+    fn from_json(obj: &serde_json::Map<String, Value>, layers: usize, path: &Path) -> Result<Self> {
         let num = |k: &str, default: usize| -> usize {
             obj.get(k)
                 .and_then(Value::as_u64)
@@ -159,7 +161,9 @@ impl HybridConfig {
                 (0..layers).map(|i| (i + 1) % interval == 0).collect()
             }
         };
-        let rope = obj.get("rope_parameters").or_else(|| obj.get("rope_scaling"));
+        let rope = obj
+            .get("rope_parameters")
+            .or_else(|| obj.get("rope_scaling"));
         let partial_rotary_factor = obj
             .get("partial_rotary_factor")
             .or_else(|| rope.and_then(|r| r.get("partial_rotary_factor")))
@@ -203,10 +207,8 @@ impl HybridConfig {
     pub fn state_bytes_per_sequence(&self, bytes_per_element: usize) -> usize {
         let linear = self.full_attention.len() - self.attention_layers();
         let conv = (self.linear_conv_kernel_dim - 1) * self.conv_dim() * bytes_per_element;
-        let ssm = self.linear_num_value_heads
-            * self.linear_key_head_dim
-            * self.linear_value_head_dim
-            * 4;
+        let ssm =
+            self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim * 4;
         linear * (conv + ssm)
     }
 }

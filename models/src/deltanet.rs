@@ -133,8 +133,8 @@ impl GatedDeltaNet {
         let beta = nn::sigmoid(self.in_proj_b.forward(x)?)?.as_dtype(Dtype::Float32)?;
         let a = self.in_proj_a.forward(x)?;
         // log of the decay, f32: -exp(A_log) * softplus(a + dt_bias)
-        let log_g = nn::softplus(a.add(&self.dt_bias)?.as_dtype(Dtype::Float32)?)?
-            .multiply(&self.neg_a)?;
+        let log_g =
+            nn::softplus(a.add(&self.dt_bias)?.as_dtype(Dtype::Float32)?)?.multiply(&self.neg_a)?;
 
         let init = self.zero_state(x.dtype())?;
         let state = cache.recurrent_state(&init)?;
@@ -163,9 +163,9 @@ impl GatedDeltaNet {
         let k = conv
             .index((.., .., kd..2 * kd))
             .reshape(&[b, l, self.key_heads, self.key_dim])?;
-        let v = conv
-            .index((.., .., 2 * kd..))
-            .reshape(&[b, l, self.value_heads, self.value_dim])?;
+        let v =
+            conv.index((.., .., 2 * kd..))
+                .reshape(&[b, l, self.value_heads, self.value_dim])?;
         // L2 normalisation with eps 1e-6 on the sum of squares, via RMSNorm
         // (which adds eps to the mean); queries also take key_dim^-1/2.
         let inv = (self.key_dim as f32).powf(-0.5);
@@ -176,13 +176,10 @@ impl GatedDeltaNet {
         // To [B, Hv, L, D] in f32, key heads repeated for their value heads.
         let to_heads = |t: Array| -> Result<Array> {
             let t = self.repeat_heads(t)?;
-            Ok(t.transpose_axes(&[0, 2, 1, 3])?
-                .as_dtype(Dtype::Float32)?)
+            Ok(t.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?)
         };
         let (q, k) = (to_heads(q)?, to_heads(k)?);
-        let v = v
-            .transpose_axes(&[0, 2, 1, 3])?
-            .as_dtype(Dtype::Float32)?;
+        let v = v.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?;
         let log_g = log_g.transpose_axes(&[0, 2, 1])?;
         let beta = beta.transpose_axes(&[0, 2, 1])?;
 
@@ -334,7 +331,10 @@ pub fn delta_chunked(
         Array::from_f32(0.0),
     )?;
     let neg = ops::negative(&a)?;
-    let rhs = ops::concatenate(&[v_beta, k_beta.multiply(ops::exp(&cum)?.expand_dims(-1)?)?], -1)?;
+    let rhs = ops::concatenate(
+        &[v_beta, k_beta.multiply(ops::exp(&cum)?.expand_dims(-1)?)?],
+        -1,
+    )?;
     let mut x = rhs.add(neg.matmul(&rhs)?)?;
     let mut power = neg;
     let mut span = 2;
@@ -391,10 +391,18 @@ mod tests {
         let (b, h, dk, dv) = (2, 3, 8, 5);
         for t in [1, 5, 64, 100, 130] {
             let unit = |a: Array| {
-                let norm = a.square().unwrap().sum_axis(-1, true).unwrap().sqrt().unwrap();
+                let norm = a
+                    .square()
+                    .unwrap()
+                    .sum_axis(-1, true)
+                    .unwrap()
+                    .sqrt()
+                    .unwrap();
                 a.divide(norm).unwrap()
             };
-            let q = unit(normal(&[b, h, t, dk], 1)).multiply(Array::from_f32(0.3)).unwrap();
+            let q = unit(normal(&[b, h, t, dk], 1))
+                .multiply(Array::from_f32(0.3))
+                .unwrap();
             let k = unit(normal(&[b, h, t, dk], 2));
             let v = normal(&[b, h, t, dv], 3);
             let log_g = ops::negative(ops::abs(normal(&[b, h, t], 4)).unwrap())
@@ -402,7 +410,9 @@ mod tests {
                 .multiply(Array::from_f32(0.2))
                 .unwrap();
             let beta = nn::sigmoid(normal(&[b, h, t], 5)).unwrap();
-            let state0 = normal(&[b, h, dk, dv], 6).multiply(Array::from_f32(0.1)).unwrap();
+            let state0 = normal(&[b, h, dk, dv], 6)
+                .multiply(Array::from_f32(0.1))
+                .unwrap();
 
             let (y, s) = delta_chunked(&q, &k, &v, &log_g, &beta, &state0).unwrap();
             let mut state = state0.clone();
@@ -410,18 +420,38 @@ mod tests {
             for i in 0..t {
                 let at4 = |a: &Array| a.index((.., .., i..i + 1, ..));
                 let at3 = |a: &Array| a.index((.., .., i..i + 1));
-                let (yi, si) =
-                    delta_step(&at4(&q), &at4(&k), &at4(&v), &at3(&log_g), &at3(&beta), &state)
-                        .unwrap();
+                let (yi, si) = delta_step(
+                    &at4(&q),
+                    &at4(&k),
+                    &at4(&v),
+                    &at3(&log_g),
+                    &at3(&beta),
+                    &state,
+                )
+                .unwrap();
                 ys.push(yi);
                 state = si;
             }
             let y_ref = ops::concatenate(&ys, 2).unwrap();
             let err = |a: &Array, b: &Array| {
-                a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item_cast::<f32>()
+                a.subtract(b)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max(None)
+                    .unwrap()
+                    .item_cast::<f32>()
             };
-            assert!(err(&y, &y_ref) < 1e-4, "T={t}: y differs by {}", err(&y, &y_ref));
-            assert!(err(&s, &state) < 1e-4, "T={t}: state differs by {}", err(&s, &state));
+            assert!(
+                err(&y, &y_ref) < 1e-4,
+                "T={t}: y differs by {}",
+                err(&y, &y_ref)
+            );
+            assert!(
+                err(&s, &state) < 1e-4,
+                "T={t}: state differs by {}",
+                err(&s, &state)
+            );
         }
     }
 }

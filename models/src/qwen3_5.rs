@@ -82,7 +82,12 @@ impl GatedAttention {
         let q = self.q_norm.forward(&q)?.transpose_axes(&[0, 2, 1, 3])?;
         let k = self
             .k_norm
-            .forward(&self.k_proj.forward(x)?.reshape(&[b, l, self.n_kv_heads, hd])?)?
+            .forward(
+                &self
+                    .k_proj
+                    .forward(x)?
+                    .reshape(&[b, l, self.n_kv_heads, hd])?,
+            )?
             .transpose_axes(&[0, 2, 1, 3])?;
         let v = self
             .v_proj

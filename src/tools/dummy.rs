@@ -222,15 +222,19 @@ fn dtype_name(d: Dtype) -> &'static str {
 pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
     let known = ["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_moe"];
     if !known.contains(&spec.arch.as_str()) {
-        bail!("unknown architecture `{}` ({})", spec.arch, known.join(", "));
+        bail!(
+            "unknown architecture `{}` ({})",
+            spec.arch,
+            known.join(", ")
+        );
     }
     let hybrid_arch = spec.arch.starts_with("qwen3_5");
     match &spec.shape.hybrid {
         None if hybrid_arch => bail!("`{}` needs a qwen3.5-* shape preset", spec.arch),
         Some(_) if !hybrid_arch => bail!("qwen3.5-* shapes need --arch qwen3_5 or qwen3_5_moe"),
-        Some(hy) if (hy.experts > 0) != (spec.arch == "qwen3_5_moe") => bail!(
-            "--arch qwen3_5_moe goes with qwen3.5-moe-* shapes, qwen3_5 with dense ones"
-        ),
+        Some(hy) if (hy.experts > 0) != (spec.arch == "qwen3_5_moe") => {
+            bail!("--arch qwen3_5_moe goes with qwen3.5-moe-* shapes, qwen3_5 with dense ones")
+        }
         _ => {}
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -417,7 +421,11 @@ fn hybrid_layer_tensors(
     push("input_layernorm.weight", vec![h], Init::Ones);
     push("post_attention_layernorm.weight", vec![h], Init::Ones);
     if (layer + 1) % FULL_ATTENTION_INTERVAL == 0 {
-        push("self_attn.q_proj.weight", vec![2 * nh * hd, h], Init::Normal);
+        push(
+            "self_attn.q_proj.weight",
+            vec![2 * nh * hd, h],
+            Init::Normal,
+        );
         push("self_attn.k_proj.weight", vec![kv * hd, h], Init::Normal);
         push("self_attn.v_proj.weight", vec![kv * hd, h], Init::Normal);
         push("self_attn.o_proj.weight", vec![h, nh * hd], Init::Normal);
@@ -428,7 +436,11 @@ fn hybrid_layer_tensors(
         let value = (hy.linear_value_heads * hy.linear_value_dim) as i32;
         let vh = hy.linear_value_heads as i32;
         let conv = 2 * key + value;
-        push("linear_attn.in_proj_qkv.weight", vec![conv, h], Init::Normal);
+        push(
+            "linear_attn.in_proj_qkv.weight",
+            vec![conv, h],
+            Init::Normal,
+        );
         push("linear_attn.in_proj_z.weight", vec![value, h], Init::Normal);
         push("linear_attn.in_proj_b.weight", vec![vh, h], Init::Normal);
         push("linear_attn.in_proj_a.weight", vec![vh, h], Init::Normal);
@@ -453,12 +465,36 @@ fn hybrid_layer_tensors(
             hy.shared_expert_intermediate_size as i32,
         );
         push("mlp.gate.weight", vec![e, h], Init::Normal);
-        push("mlp.switch_mlp.gate_proj.weight", vec![e, ffn, h], Init::Normal);
-        push("mlp.switch_mlp.up_proj.weight", vec![e, ffn, h], Init::Normal);
-        push("mlp.switch_mlp.down_proj.weight", vec![e, h, ffn], Init::Normal);
-        push("mlp.shared_expert.gate_proj.weight", vec![shared, h], Init::Normal);
-        push("mlp.shared_expert.up_proj.weight", vec![shared, h], Init::Normal);
-        push("mlp.shared_expert.down_proj.weight", vec![h, shared], Init::Normal);
+        push(
+            "mlp.switch_mlp.gate_proj.weight",
+            vec![e, ffn, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.switch_mlp.up_proj.weight",
+            vec![e, ffn, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.switch_mlp.down_proj.weight",
+            vec![e, h, ffn],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.gate_proj.weight",
+            vec![shared, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.up_proj.weight",
+            vec![shared, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.down_proj.weight",
+            vec![h, shared],
+            Init::Normal,
+        );
         push("mlp.shared_expert_gate.weight", vec![1, h], Init::Normal);
     } else {
         let ffn = s.intermediate_size as i32;
