@@ -57,11 +57,13 @@ enum Command {
 enum DevCommand {
     /// Write a checkpoint with seeded random weights at real shapes.
     DummyModel {
-        /// Architecture: llama, qwen2, qwen3.
+        /// Architecture: llama, qwen2, qwen3, qwen3_moe.
         #[arg(long)]
         arch: String,
-        /// Preset (tiny, qwen3-0.6b, qwen3-8b, smollm2-135m, ...) with optional
-        /// `,key=value` overrides (hidden, layers, heads, kv_heads, head_dim, ffn, vocab).
+        /// Preset (tiny, qwen3-0.6b, qwen3-8b, smollm2-135m, qwen3-moe-tiny,
+        /// qwen3-30b-a3b, ...) with optional `,key=value` overrides (hidden, layers,
+        /// heads, kv_heads, head_dim, ffn, vocab; MoE: experts, top_k, moe_ffn,
+        /// sparse_step, norm_topk).
         #[arg(long, default_value = "tiny")]
         shape: String,
         /// tokenizer.json to ship with the model (its tokenizer_config.json is copied too).

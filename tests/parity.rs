@@ -264,9 +264,5 @@ fn qwen3_5_quantized_matches_mlx_lm() {
             .bits,
         8
     );
-    // mlx-lm 0.32.2 cannot run its own quantized experts on mlx 0.32.2
-    // (`gather_qmm(global_scale=...)`), so there is no live reference here:
-    // Hearth must load the mixed 4/8-bit mlx-community layout and generate.
-    let tokens = hearth_greedy(&engine(&out, 16), &prompt_ids(40, 8), GREEDY_TOKENS);
-    assert_eq!(tokens.len(), GREEDY_TOKENS);
+    assert_parity(&out, &prompt_ids(40, 8), 16, true);
 }

@@ -130,7 +130,7 @@ impl MoeConfig {
 #[derive(Debug)]
 pub enum FeedForward {
     Dense(Mlp),
-    Sparse(SparseMoe),
+    Sparse(Box<SparseMoe>),
 }
 
 impl FeedForward {
@@ -144,12 +144,9 @@ impl FeedForward {
         layer: usize,
     ) -> Result<Self> {
         match moe {
-            Some(moe) if moe.is_sparse_layer(layer) => Ok(FeedForward::Sparse(SparseMoe::load(
-                weights,
-                prefix,
-                config.hidden_size,
-                moe,
-            )?)),
+            Some(moe) if moe.is_sparse_layer(layer) => Ok(FeedForward::Sparse(Box::new(
+                SparseMoe::load(weights, prefix, config.hidden_size, moe)?,
+            ))),
             _ => Ok(FeedForward::Dense(Mlp::load(
                 weights,
                 prefix,
@@ -559,4 +556,104 @@ fn check_shape(weights: &Weights, name: &str, array: &Array, expected: &[usize])
 fn materialize(a: Array) -> Result<Array> {
     a.eval()?;
     Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, path::Path};
+
+    use super::*;
+    use crate::weights::WeightFormat;
+
+    fn config(extra: Value) -> ModelConfig {
+        let mut raw = serde_json::json!({
+            "model_type": "qwen3_moe", "vocab_size": 100, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        });
+        if let (Some(r), Some(e)) = (raw.as_object_mut(), extra.as_object()) {
+            r.extend(e.clone());
+        }
+        ModelConfig::from_json(&raw, Path::new("config.json")).unwrap()
+    }
+
+    #[test]
+    fn reads_moe_fields_and_picks_sparse_layers() {
+        assert_eq!(
+            MoeConfig::from_config(&config(Value::Null), false).unwrap(),
+            None
+        );
+        let c = config(
+            serde_json::json!({"num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": [3]}),
+        );
+        let moe = MoeConfig::from_config(&c, true).unwrap().unwrap();
+        assert!(moe.norm_topk_prob, "default used when the field is absent");
+        let sparse: Vec<usize> = (0..4).filter(|&i| moe.is_sparse_layer(i)).collect();
+        assert_eq!(
+            sparse,
+            vec![1],
+            "step 2 gives layers 1 and 3; 3 is mlp-only"
+        );
+
+        let bad = config(
+            serde_json::json!({"num_experts": 4, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 32}),
+        );
+        let e = MoeConfig::from_config(&bad, false).unwrap_err();
+        assert!(e.to_string().contains("exceeds num_experts"), "{e}");
+        let bad = config(serde_json::json!({"num_experts": 4, "num_experts_per_tok": 2}));
+        let e = MoeConfig::from_config(&bad, false).unwrap_err();
+        assert!(e.to_string().contains("moe_intermediate_size"), "{e}");
+    }
+
+    #[test]
+    fn quantization_is_read_off_shapes() {
+        let w = Weights::new(HashMap::new(), None, WeightFormat::Safetensors, "m".into());
+        // 8-bit, group 64, 256 inputs: 64 packed columns, 4 groups.
+        let weight = Array::zeros::<u32>(&[8, 64]).unwrap();
+        let scales = Array::zeros::<f32>(&[8, 4]).unwrap();
+        let q = quant_params(&w, "gate", &weight, Some(&scales), true, 256).unwrap();
+        assert_eq!(
+            q,
+            Some(QuantParams {
+                group_size: 64,
+                bits: 8
+            })
+        );
+        // The same tensors cannot be 4-bit experts of 256 inputs... but are of 512.
+        let q = quant_params(&w, "gate", &weight, Some(&scales), true, 512).unwrap();
+        assert_eq!(
+            q,
+            Some(QuantParams {
+                group_size: 128,
+                bits: 4
+            })
+        );
+        // Stacked experts: leading dims must agree.
+        let weight = Array::zeros::<u32>(&[4, 8, 32]).unwrap();
+        let scales = Array::zeros::<f32>(&[4, 8, 4]).unwrap();
+        let q = quant_params(&w, "e", &weight, Some(&scales), true, 256).unwrap();
+        assert_eq!(
+            q,
+            Some(QuantParams {
+                group_size: 64,
+                bits: 4
+            })
+        );
+        let e = quant_params(&w, "e", &weight, Some(&scales), true, 100).unwrap_err();
+        assert!(
+            e.to_string().contains("does not fit 100 input features"),
+            "{e}"
+        );
+        let e = quant_params(&w, "e", &weight, Some(&scales), false, 256).unwrap_err();
+        assert!(e.to_string().contains("e.biases"), "{e}");
+        let e = quant_params(&w, "e", &weight, None, false, 256).unwrap_err();
+        assert!(e.to_string().contains("e.scales"), "{e}");
+        let dense = Array::zeros::<f32>(&[8, 256]).unwrap();
+        assert_eq!(
+            quant_params(&w, "d", &dense, None, false, 256).unwrap(),
+            None
+        );
+    }
 }

@@ -18,7 +18,7 @@ use serde_json::json;
 /// Shards are cut at this many bytes (like the hub's 5 GB shards).
 const SHARD_BYTES: usize = 4 << 30;
 
-/// Dimensions of a dense decoder.
+/// Dimensions of a decoder (dense, or sparse MoE when `num_experts > 0`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DummyShape {
     pub hidden_size: usize,
@@ -32,12 +32,19 @@ pub struct DummyShape {
     pub tie_word_embeddings: bool,
     pub rope_theta: f64,
     pub max_position_embeddings: usize,
-    /// Qwen3.5's linear-attention layers (and MoE), for `qwen3_5*` archs.
+    /// Experts per sparse layer; 0 for a dense model.
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    pub moe_intermediate_size: usize,
+    /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0`.
+    pub decoder_sparse_step: usize,
+    pub norm_topk_prob: bool,
+    /// Qwen3.5's linear-attention dimensions, for `qwen3_5*` archs.
     pub hybrid: Option<DummyHybrid>,
 }
 
 /// Gated DeltaNet dimensions of a Qwen3.5 shape (every 4th layer is full
-/// attention), plus its sparse MoE block when `experts > 0`.
+/// attention) and, when it has experts, its shared expert's width.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DummyHybrid {
     pub linear_key_heads: usize,
@@ -45,9 +52,6 @@ pub struct DummyHybrid {
     pub linear_key_dim: usize,
     pub linear_value_dim: usize,
     pub conv_kernel: usize,
-    pub experts: usize,
-    pub experts_per_token: usize,
-    pub moe_intermediate_size: usize,
     pub shared_expert_intermediate_size: usize,
 }
 
@@ -65,6 +69,8 @@ pub const PRESETS: &[&str] = &[
     "qwen3.5-tiny",
     "qwen3.5-moe-tiny",
     "qwen3.5-35b-a3b",
+    "qwen3-moe-tiny",
+    "qwen3-30b-a3b",
 ];
 
 impl DummyShape {
@@ -80,18 +86,26 @@ impl DummyShape {
             tie_word_embeddings: tie,
             rope_theta: theta,
             max_position_embeddings: ctx,
+            num_experts: 0,
+            num_experts_per_tok: 0,
+            moe_intermediate_size: 0,
+            decoder_sparse_step: 1,
+            norm_topk_prob: true,
             hybrid: None,
         };
-        let hybrid = |mut shape: DummyShape, (kh, vh, kd, vd), (e, k, ffn, shared)| {
+        let moe = |dense: DummyShape, experts, top_k, moe_ffn| DummyShape {
+            num_experts: experts,
+            num_experts_per_tok: top_k,
+            moe_intermediate_size: moe_ffn,
+            ..dense
+        };
+        let hybrid = |mut shape: DummyShape, (kh, vh, kd, vd), shared| {
             shape.hybrid = Some(DummyHybrid {
                 linear_key_heads: kh,
                 linear_value_heads: vh,
                 linear_key_dim: kd,
                 linear_value_dim: vd,
                 conv_kernel: 4,
-                experts: e,
-                experts_per_token: k,
-                moe_intermediate_size: ffn,
                 shared_expert_intermediate_size: shared,
             });
             shape
@@ -103,21 +117,33 @@ impl DummyShape {
             "qwen3-8b" => s(4096, 36, 32, 8, 128, 12288, Some(151936), false, 1e6, 40960),
             "smollm2-135m" => s(576, 30, 9, 3, 64, 1536, Some(49152), true, 1e5, 8192),
             "llama-3.2-1b" => s(2048, 16, 32, 8, 64, 8192, Some(128256), true, 5e5, 131072),
+            "qwen3-moe-tiny" => moe(s(64, 2, 4, 2, 16, 128, None, true, 10000.0, 4096), 8, 2, 32),
+            "qwen3-30b-a3b" => moe(
+                s(2048, 48, 32, 4, 128, 6144, Some(151936), false, 1e6, 40960),
+                128,
+                8,
+                768,
+            ),
             "qwen3.5-tiny" => hybrid(
                 s(64, 4, 4, 2, 16, 128, None, true, 1e7, 4096),
                 (2, 4, 16, 16),
-                (0, 0, 0, 0),
+                0,
             ),
             "qwen3.5-moe-tiny" => hybrid(
-                s(64, 4, 4, 2, 16, 0, None, true, 1e7, 4096),
+                moe(s(64, 4, 4, 2, 16, 0, None, true, 1e7, 4096), 8, 2, 32),
                 (2, 4, 16, 16),
-                (8, 2, 32, 32),
+                32,
             ),
             // transformers 5.24's Qwen3_5MoeTextConfig defaults.
             "qwen3.5-35b-a3b" => hybrid(
-                s(2048, 40, 16, 2, 256, 0, Some(248320), false, 1e7, 262144),
+                moe(
+                    s(2048, 40, 16, 2, 256, 0, Some(248320), false, 1e7, 262144),
+                    256,
+                    8,
+                    512,
+                ),
                 (16, 32, 128, 128),
-                (256, 8, 512, 512),
+                512,
             ),
             _ => return None,
         })
@@ -160,17 +186,16 @@ impl DummyShape {
                 "vocab" | "vocab_size" => shape.vocab_size = Some(n()?),
                 "context" | "max_position_embeddings" => shape.max_position_embeddings = n()?,
                 "tie" => shape.tie_word_embeddings = v == "true" || v == "1",
-                "experts" | "top_k" | "moe_ffn" | "shared_ffn" => {
-                    let Some(hy) = shape.hybrid.as_mut().filter(|h| h.experts > 0) else {
-                        bail!("`{k}` needs a qwen3.5-moe shape");
+                "experts" | "num_experts" => shape.num_experts = n()?,
+                "top_k" | "num_experts_per_tok" => shape.num_experts_per_tok = n()?,
+                "moe_ffn" | "moe_intermediate_size" => shape.moe_intermediate_size = n()?,
+                "sparse_step" | "decoder_sparse_step" => shape.decoder_sparse_step = n()?,
+                "norm_topk" | "norm_topk_prob" => shape.norm_topk_prob = v == "true" || v == "1",
+                "shared_ffn" => {
+                    let Some(hy) = shape.hybrid.as_mut() else {
+                        bail!("`{k}` needs a qwen3.5 shape");
                     };
-                    let value = n()?;
-                    match k {
-                        "experts" => hy.experts = value,
-                        "top_k" => hy.experts_per_token = value,
-                        "moe_ffn" => hy.moe_intermediate_size = value,
-                        _ => hy.shared_expert_intermediate_size = value,
-                    }
+                    hy.shared_expert_intermediate_size = n()?;
                 }
                 _ => bail!("unknown shape key `{k}`"),
             }
@@ -180,10 +205,13 @@ impl DummyShape {
         {
             bail!("heads must be a multiple of kv_heads");
         }
-        if let Some(hy) = &shape.hybrid {
-            if hy.experts > 0 && !(1..=hy.experts).contains(&hy.experts_per_token) {
-                bail!("top_k must be between 1 and experts");
-            }
+        if shape.num_experts > 0
+            && (shape.num_experts_per_tok == 0
+                || shape.num_experts_per_tok > shape.num_experts
+                || shape.moe_intermediate_size == 0
+                || shape.decoder_sparse_step == 0)
+        {
+            bail!("an MoE shape needs 0 < top_k <= experts, moe_ffn > 0 and sparse_step > 0");
         }
         Ok(shape)
     }
@@ -220,7 +248,14 @@ fn dtype_name(d: Dtype) -> &'static str {
 
 /// Writes the checkpoint to `out` and returns the parameter count.
 pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
-    let known = ["llama", "qwen2", "qwen3", "qwen3_5", "qwen3_5_moe"];
+    let known = [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_5",
+        "qwen3_5_moe",
+    ];
     if !known.contains(&spec.arch.as_str()) {
         bail!(
             "unknown architecture `{}` ({})",
@@ -228,14 +263,18 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             known.join(", ")
         );
     }
+    let moe = spec.arch == "qwen3_moe" || spec.arch == "qwen3_5_moe";
+    if moe != (spec.shape.num_experts > 0) {
+        bail!(
+            "architecture `{}` needs {} shape (e.g. {})",
+            spec.arch,
+            if moe { "an MoE" } else { "a dense" },
+            if moe { "qwen3-moe-tiny" } else { "tiny" }
+        );
+    }
     let hybrid_arch = spec.arch.starts_with("qwen3_5");
-    match &spec.shape.hybrid {
-        None if hybrid_arch => bail!("`{}` needs a qwen3.5-* shape preset", spec.arch),
-        Some(_) if !hybrid_arch => bail!("qwen3.5-* shapes need --arch qwen3_5 or qwen3_5_moe"),
-        Some(hy) if (hy.experts > 0) != (spec.arch == "qwen3_5_moe") => {
-            bail!("--arch qwen3_5_moe goes with qwen3.5-moe-* shapes, qwen3_5 with dense ones")
-        }
-        _ => {}
+    if hybrid_arch != spec.shape.hybrid.is_some() {
+        bail!("qwen3.5-* shapes go with --arch qwen3_5 / qwen3_5_moe, and only they");
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let tokenizer_vocab = copy_tokenizer(&spec.tokenizer, out)?;
@@ -277,13 +316,36 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             push("self_attn.k_proj.bias", vec![kv * hd], Init::Normal);
             push("self_attn.v_proj.bias", vec![kv * hd], Init::Normal);
         }
-        if spec.arch == "qwen3" {
+        if spec.arch == "qwen3" || moe {
             push("self_attn.q_norm.weight", vec![hd], Init::Ones);
             push("self_attn.k_norm.weight", vec![hd], Init::Ones);
         }
-        push("mlp.gate_proj.weight", vec![ffn, h], Init::Normal);
-        push("mlp.up_proj.weight", vec![ffn, h], Init::Normal);
-        push("mlp.down_proj.weight", vec![h, ffn], Init::Normal);
+        if moe && (i + 1) % s.decoder_sparse_step == 0 {
+            // Hugging Face layout: a router and one tensor per expert.
+            let (e, mf) = (s.num_experts as i32, s.moe_intermediate_size as i32);
+            push("mlp.gate.weight", vec![e, h], Init::Normal);
+            for x in 0..e {
+                push(
+                    &format!("mlp.experts.{x}.gate_proj.weight"),
+                    vec![mf, h],
+                    Init::Normal,
+                );
+                push(
+                    &format!("mlp.experts.{x}.up_proj.weight"),
+                    vec![mf, h],
+                    Init::Normal,
+                );
+                push(
+                    &format!("mlp.experts.{x}.down_proj.weight"),
+                    vec![h, mf],
+                    Init::Normal,
+                );
+            }
+        } else {
+            push("mlp.gate_proj.weight", vec![ffn, h], Init::Normal);
+            push("mlp.up_proj.weight", vec![ffn, h], Init::Normal);
+            push("mlp.down_proj.weight", vec![h, ffn], Init::Normal);
+        }
     }
     tensors.push(("model.norm.weight".into(), vec![h], Init::Ones));
     if !s.tie_word_embeddings {
@@ -345,6 +407,7 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
         "qwen3_5" | "qwen3_5_moe" => "Qwen3_5ForConditionalGeneration",
         "llama" => "LlamaForCausalLM",
         "qwen2" => "Qwen2ForCausalLM",
+        "qwen3_moe" => "Qwen3MoeForCausalLM",
         _ => "Qwen3ForCausalLM",
     };
     let mut config = json!({
@@ -368,9 +431,22 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
         "eos_token_id": eos,
         "hearth_dummy": {"seed": spec.seed},
     });
+    if moe {
+        let extra = json!({
+            "num_experts": s.num_experts,
+            "num_experts_per_tok": s.num_experts_per_tok,
+            "moe_intermediate_size": s.moe_intermediate_size,
+            "decoder_sparse_step": s.decoder_sparse_step,
+            "mlp_only_layers": [],
+            "norm_topk_prob": s.norm_topk_prob,
+        });
+        if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+    }
     if let Some(hy) = &s.hybrid {
         let extra = json!({
-            "architectures": [if hy.experts > 0 {
+            "architectures": [if moe {
                 "Qwen3_5MoeForConditionalGeneration"
             } else {
                 "Qwen3_5ForConditionalGeneration"
@@ -383,11 +459,7 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             "full_attention_interval": FULL_ATTENTION_INTERVAL,
             "rope_parameters": {"type": "default", "rope_theta": s.rope_theta,
                                 "partial_rotary_factor": 0.25},
-            "num_experts": hy.experts,
-            "num_experts_per_tok": hy.experts_per_token,
-            "moe_intermediate_size": hy.moe_intermediate_size,
             "shared_expert_intermediate_size": hy.shared_expert_intermediate_size,
-            "norm_topk_prob": true,
         });
         if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
             c.extend(e.clone());
@@ -458,10 +530,10 @@ fn hybrid_layer_tensors(
         );
         push("linear_attn.out_proj.weight", vec![h, value], Init::Normal);
     }
-    if hy.experts > 0 {
+    if s.num_experts > 0 {
         let (e, ffn, shared) = (
-            hy.experts as i32,
-            hy.moe_intermediate_size as i32,
+            s.num_experts as i32,
+            s.moe_intermediate_size as i32,
             hy.shared_expert_intermediate_size as i32,
         );
         push("mlp.gate.weight", vec![e, h], Init::Normal);

@@ -15,6 +15,8 @@ import numpy as np
 from mlx_lm import load
 from mlx_lm.generate import generate_step
 
+from mlx_compat import gather_qmm_without_global_scale
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -25,6 +27,7 @@ def main() -> None:
     ap.add_argument("--logits-out", help="write first-forward logits here (.npy)")
     ap.add_argument("--prefill-step", type=int, default=2048)
     args = ap.parse_args()
+    gather_qmm_without_global_scale()
 
     model, tokenizer = load(args.model)
     if args.prompt_ids:
