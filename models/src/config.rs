@@ -374,9 +374,10 @@ impl ModelConfig {
             None | Some(Value::Null) => None,
             Some(v) => parse_rope_scaling(v, path)?,
         };
-        let quantization = obj
-            .get("quantization")
-            .or_else(|| obj.get("quantization_config"))
+        // Nested (multimodal) configs keep `quantization` at the top level.
+        let quantization = ["quantization", "quantization_config"]
+            .iter()
+            .find_map(|k| obj.get(*k).or_else(|| raw.get(*k)))
             .and_then(QuantConfig::from_json)
             .filter(|q| q.default.is_some() || !q.overrides.is_empty());
 
@@ -590,6 +591,64 @@ mod tests {
         v.as_object_mut().unwrap().remove("hidden_size");
         let e = ModelConfig::from_json(&v, Path::new("config.json")).unwrap_err();
         assert!(e.to_string().contains("hidden_size"), "{e}");
+    }
+
+    /// The shape of mlx-community's Qwen3.5-35B-A3B config: text model nested
+    /// under `text_config` (model_type `qwen3_5_moe_text`), rope in
+    /// `rope_parameters`, no dense `intermediate_size`.
+    #[test]
+    fn parses_nested_qwen3_5_moe() {
+        let mut types = vec!["linear_attention"; 40];
+        for i in (3..40).step_by(4) {
+            types[i] = "full_attention";
+        }
+        let raw = serde_json::json!({
+            "model_type": "qwen3_5_moe",
+            "text_config": {
+                "model_type": "qwen3_5_moe_text", "vocab_size": 248320, "hidden_size": 2048,
+                "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+                "head_dim": 256, "layer_types": types, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                "shared_expert_intermediate_size": 512,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]}
+            },
+            "quantization": {"group_size": 64, "bits": 4,
+                             "language_model.model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}}
+        });
+        let c = ModelConfig::from_json(&raw, Path::new("config.json")).unwrap();
+        assert_eq!(c.model_type, "qwen3_5_moe");
+        assert_eq!(c.rope_theta, 1e7);
+        assert!(c.rope_scaling.is_none() && c.qk_norm);
+        let h = c.hybrid.as_ref().unwrap();
+        assert_eq!(h.attention_layers(), 10);
+        assert!(h.full_attention[3] && !h.full_attention[4]);
+        assert_eq!(h.partial_rotary_factor, 0.25);
+        assert_eq!(h.conv_dim(), 8192);
+        // KV only for the 10 attention layers; the 30 linear layers hold
+        // 3 x 8192 conv inputs (bf16) and a 32 x 128 x 128 f32 memory each.
+        assert_eq!(c.kv_bytes_per_token(2), 2 * 10 * 2 * 256 * 2);
+        assert_eq!(
+            c.state_bytes_per_sequence(2),
+            30 * (3 * 8192 * 2 + 32 * 128 * 128 * 4)
+        );
+        let q = c.quantization.unwrap();
+        assert_eq!(
+            q.for_module("language_model.model.layers.0.mlp.gate")
+                .unwrap()
+                .bits,
+            8
+        );
+        // Without layer_types: every full_attention_interval-th layer.
+        let mut flat = raw["text_config"].clone();
+        flat.as_object_mut().unwrap().remove("layer_types");
+        flat["full_attention_interval"] = 2.into();
+        let c = ModelConfig::from_json(&flat, Path::new("config.json")).unwrap();
+        assert_eq!(c.hybrid.unwrap().attention_layers(), 20);
+        flat["layer_types"] = serde_json::json!(["full_attention"]);
+        assert!(ModelConfig::from_json(&flat, Path::new("config.json")).is_err());
     }
 
     #[test]
