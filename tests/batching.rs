@@ -180,6 +180,30 @@ fn real_model_mixed_sampling_batched_equals_alone() {
     check_batched_equals_alone_with(&model, config, 10, sampling);
 }
 
+/// Qwen3.5's linear-attention layers carry a recurrent state per row: rows
+/// mid-prefill ride along in decode steps without changing it, prompts are
+/// read in 8-token chunks with the state carried, and rows freed by
+/// finished jobs are reused (more jobs than rows).
+#[test]
+fn dummy_qwen3_5_batched_equals_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = DummySpec {
+        arch: "qwen3_5".into(),
+        shape: DummyShape::parse("qwen3.5-tiny").unwrap(),
+        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
+        dtype: Dtype::Float32,
+        seed: 5,
+    };
+    write_dummy_model(&spec, dir.path()).unwrap();
+    let config = SchedulerConfig {
+        max_running: 4,
+        prefill_chunk: 8,
+        step_token_budget: 20,
+        ..Default::default()
+    };
+    check_batched_equals_alone(dir.path(), config, 16);
+}
+
 #[test]
 fn cancelling_frees_the_row_and_memory() {
     let scheduler = SchedulerHandle::start(

@@ -197,3 +197,72 @@ fn smollm2_gguf_matches_mlx_lm_on_converted_folder() {
 fn engine_tokens(path: &Path, ids: &[u32]) -> Vec<u32> {
     hearth_greedy(&engine(path, 512), ids, GREEDY_TOKENS)
 }
+
+/// Qwen3.5 dense (Gated DeltaNet + gated attention, 3:1): a short prompt, and
+/// a long one in prefill chunks of 128 (chunks cross the delta rule's
+/// 64-token blocks, with a remainder that needs padding; the recurrent and
+/// conv states are carried from chunk to chunk).
+#[test]
+fn qwen3_5_matches_mlx_lm() {
+    let dir = tempfile::tempdir().unwrap();
+    dummy("qwen3_5", dir.path(), "qwen3.5-tiny");
+    assert_parity(dir.path(), &prompt_ids(23, 4), 512, true);
+    assert_parity(dir.path(), &prompt_ids(300, 5), 128, true);
+}
+
+/// Qwen3.5-MoE: the same hybrid stack with a routed top-k MoE and a gated
+/// shared expert in every layer.
+#[test]
+fn qwen3_5_moe_matches_mlx_lm() {
+    let dir = tempfile::tempdir().unwrap();
+    dummy("qwen3_5_moe", dir.path(), "qwen3.5-moe-tiny");
+    assert_parity(dir.path(), &prompt_ids(150, 7), 64, true);
+}
+
+#[test]
+fn qwen3_5_quantized_matches_mlx_lm() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("f32");
+    dummy("qwen3_5", &source, "qwen3.5-tiny,hidden=128,ffn=256");
+    let out = dir.path().join("q4");
+    run_python(&[
+        "-m",
+        "mlx_lm.convert",
+        "--hf-path",
+        source.to_str().unwrap(),
+        "--mlx-path",
+        out.to_str().unwrap(),
+        "-q",
+        "--q-bits",
+        "4",
+    ]);
+    assert_parity(&out, &prompt_ids(40, 6), 16, true);
+    // MoE: mlx-lm keeps the router and shared-expert gate at 8 bits.
+    let source = dir.path().join("moe-f32");
+    dummy(
+        "qwen3_5_moe",
+        &source,
+        "qwen3.5-moe-tiny,hidden=128,moe_ffn=64,shared_ffn=64",
+    );
+    let out = dir.path().join("moe-q4");
+    run_python(&[
+        "-m",
+        "mlx_lm.convert",
+        "--hf-path",
+        source.to_str().unwrap(),
+        "--mlx-path",
+        out.to_str().unwrap(),
+        "-q",
+        "--q-bits",
+        "4",
+    ]);
+    let config = hearth_models::ModelConfig::from_dir(&out).unwrap();
+    let q = config.quantization.as_ref().unwrap();
+    assert_eq!(
+        q.for_module("language_model.model.layers.0.mlp.gate")
+            .unwrap()
+            .bits,
+        8
+    );
+    assert_parity(&out, &prompt_ids(40, 8), 16, true);
+}

@@ -15,6 +15,13 @@
 //! in the batch as passengers whose outputs are ignored (see
 //! docs/scheduler.md). [`CacheView`] tells a layer which of these it is
 //! doing in the current forward pass.
+//!
+//! Linear-attention layers (Qwen3.5's Gated DeltaNet) keep no keys and
+//! values but a fixed-size [`RecurrentState`] per sequence, held in the same
+//! per-layer structs (`KvCache` for one sequence, one row per sequence in
+//! `BatchKv`). A batched decode step updates only the rows the
+//! [`DecodeStep`] marks active (passenger rows keep their state); a prefill
+//! chunk at position 0 starts from zeros, so a reused row needs no reset.
 
 use mlx_rs::{
     ops::{
@@ -29,11 +36,29 @@ use crate::error::Result;
 /// Smallest growth of the cache, in positions.
 pub const GROWTH_STEP: usize = 256;
 
+/// What a linear-attention layer carries between forward passes: the last
+/// `kernel - 1` inputs of its causal convolution (`[B, kernel - 1, conv_dim]`)
+/// and the delta-rule memory (`[B, value_heads, key_dim, value_dim]`, f32).
+#[derive(Debug, Clone)]
+pub struct RecurrentState {
+    pub conv: Array,
+    pub ssm: Array,
+}
+
+impl RecurrentState {
+    pub fn nbytes(&self) -> usize {
+        self.conv.nbytes() + self.ssm.nbytes()
+    }
+}
+
+/// One layer's cache for one sequence: keys and values (attention layers)
+/// or a recurrent state (linear-attention layers).
 #[derive(Debug, Default)]
 pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
     offset: usize,
+    state: Option<RecurrentState>,
 }
 
 impl KvCache {
@@ -53,7 +78,9 @@ impl KvCache {
 
     /// Bytes held by the key and value buffers (allocated capacity).
     pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+        self.keys.as_ref().map_or(0, Array::nbytes)
+            + self.values.as_ref().map_or(0, Array::nbytes)
+            + self.state.as_ref().map_or(0, RecurrentState::nbytes)
     }
 
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) and returns views
@@ -107,11 +134,17 @@ impl KvCache {
 
     /// The buffers, for evaluation.
     pub fn arrays(&self) -> impl Iterator<Item = &Array> {
-        self.keys.iter().chain(self.values.iter())
+        let state = self.state.iter().flat_map(|s| [&s.conv, &s.ssm]);
+        self.keys.iter().chain(self.values.iter()).chain(state)
     }
 
-    /// Drops everything after the first `len` positions (prefix reuse).
+    /// Drops everything after the first `len` positions (prefix reuse). A
+    /// recurrent state cannot be rewound: it is dropped unless `len` keeps
+    /// every position.
     pub fn truncate(&mut self, len: usize) {
+        if len < self.offset {
+            self.state = None;
+        }
         self.offset = self.offset.min(len);
     }
 }
@@ -159,6 +192,65 @@ impl CacheView<'_> {
         }
     }
 
+    /// The recurrent state this pass starts from, one row per input row.
+    /// `init` is the zero state of one row (its shapes and dtypes size the
+    /// batch buffers): a fresh sequence, or a prompt chunk at position 0,
+    /// starts from it.
+    pub fn recurrent_state(&mut self, init: &RecurrentState) -> Result<RecurrentState> {
+        match self {
+            CacheView::Single(c) => Ok(c.state.clone().unwrap_or_else(|| init.clone())),
+            CacheView::Decode { kv, step } => {
+                kv.fit_state(step.shape.rows, init)?;
+                kv.state_rows(0, step.rows())
+            }
+            CacheView::Prefill {
+                kv,
+                row,
+                start,
+                shape,
+            } => {
+                kv.fit_state(shape.rows, init)?;
+                if *start == 0 {
+                    Ok(init.clone())
+                } else {
+                    kv.state_rows(*row, 1)
+                }
+            }
+        }
+    }
+
+    /// Stores the state after this pass of `tokens` tokens. A decode step
+    /// keeps the old state of rows its [`DecodeStep`] marks inactive.
+    pub fn set_recurrent_state(&mut self, new: RecurrentState, tokens: usize) -> Result<()> {
+        match self {
+            CacheView::Single(c) => {
+                c.state = Some(new);
+                c.offset += tokens;
+                Ok(())
+            }
+            CacheView::Decode { kv, step } => {
+                let n = step.rows();
+                let new = match &step.active {
+                    None => new,
+                    Some(active) => {
+                        let old = kv.state_rows(0, n)?;
+                        let keep = |new: Array, old: Array| -> Result<Array> {
+                            let mut shape = vec![n as i32];
+                            shape.resize(new.ndim(), 1);
+                            Ok(ops::select(active.reshape(&shape)?, new, old)?)
+                        };
+                        RecurrentState {
+                            conv: keep(new.conv, old.conv)?,
+                            ssm: keep(new.ssm, old.ssm)?,
+                        }
+                    }
+                };
+                kv.write_state_rows(0, new)
+            }
+            CacheView::Prefill { kv, row, .. } => kv.write_state_rows(*row, new),
+        }
+    }
+
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) and returns what
     /// the new tokens attend to.
     pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
@@ -201,6 +293,8 @@ pub struct DecodeStep {
     /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
     flat_index: Array,
     kv_len: usize,
+    /// Rows whose recurrent state this step advances (`[n]` bool); `None`: all.
+    active: Option<Array>,
 }
 
 impl DecodeStep {
@@ -228,7 +322,20 @@ impl DecodeStep {
             flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
             positions,
             kv_len,
+            active: None,
         }
+    }
+
+    /// Marks which rows really decode this step (`active[i]` for row `i`);
+    /// the others are passengers whose recurrent state must not change.
+    pub fn with_active_rows(mut self, active: &[bool]) -> Self {
+        debug_assert_eq!(active.len(), self.positions.len());
+        if active.iter().all(|&a| a) {
+            self.active = None;
+        } else {
+            self.active = Some(Array::from_slice(active, &[active.len() as i32]));
+        }
+        self
     }
 
     pub fn rows(&self) -> usize {
@@ -245,6 +352,8 @@ impl DecodeStep {
 pub struct BatchKv {
     keys: Option<Array>,
     values: Option<Array>,
+    /// Linear-attention layers: one state row per batch row.
+    state: Option<RecurrentState>,
 }
 
 impl BatchKv {
@@ -253,17 +362,83 @@ impl BatchKv {
     }
 
     pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+        self.keys.as_ref().map_or(0, Array::nbytes)
+            + self.values.as_ref().map_or(0, Array::nbytes)
+            + self.state.as_ref().map_or(0, RecurrentState::nbytes)
     }
 
     pub fn arrays(&self) -> impl Iterator<Item = &Array> {
-        self.keys.iter().chain(self.values.iter())
+        let state = self.state.iter().flat_map(|s| [&s.conv, &s.ssm]);
+        self.keys.iter().chain(self.values.iter()).chain(state)
     }
 
     /// Frees the buffers (all sequences gone).
     pub fn clear(&mut self) {
         self.keys = None;
         self.values = None;
+        self.state = None;
+    }
+
+    /// Grows (never shrinks) the state buffers to `rows` rows of zeros
+    /// shaped like `init` (one row).
+    fn fit_state(&mut self, rows: usize, init: &RecurrentState) -> Result<()> {
+        let grow = |old: Option<Array>, like: &Array| -> Result<Array> {
+            let have = old.as_ref().map_or(0, |o| o.dim(0) as usize);
+            if have >= rows {
+                if let Some(old) = old {
+                    return Ok(old);
+                }
+            }
+            let mut shape = like.shape().to_vec();
+            shape[0] = (rows - have) as i32;
+            let zeros = ops::zeros_dtype(&shape, like.dtype())?;
+            match old {
+                Some(old) => Ok(ops::concatenate(&[old, zeros], 0)?),
+                None => Ok(zeros),
+            }
+        };
+        let old = self.state.take();
+        let (conv, ssm) = match old {
+            Some(s) => (Some(s.conv), Some(s.ssm)),
+            None => (None, None),
+        };
+        self.state = Some(RecurrentState {
+            conv: grow(conv, &init.conv)?,
+            ssm: grow(ssm, &init.ssm)?,
+        });
+        Ok(())
+    }
+
+    /// Rows `start..start + n` of the state (after [`Self::fit_state`]).
+    fn state_rows(&self, start: usize, n: usize) -> Result<RecurrentState> {
+        let (s, e) = (start as i32, (start + n) as i32);
+        match &self.state {
+            Some(st) => Ok(RecurrentState {
+                conv: st.conv.index(s..e),
+                ssm: st.ssm.index(s..e),
+            }),
+            None => Err(crate::error::ModelError::Mlx(
+                "recurrent state read before it was allocated".into(),
+            )),
+        }
+    }
+
+    /// Writes `new` (`n` rows) at rows `start..start + n`.
+    fn write_state_rows(&mut self, start: usize, new: RecurrentState) -> Result<()> {
+        let Some(st) = self.state.as_mut() else {
+            return Err(crate::error::ModelError::Mlx(
+                "recurrent state written before it was read".into(),
+            ));
+        };
+        let (s, e) = (start as i32, start as i32 + new.conv.dim(0));
+        if s == 0 && e == st.conv.dim(0) {
+            st.conv = new.conv;
+            st.ssm = new.ssm;
+            return Ok(());
+        }
+        st.conv.try_index_mut(s..e, &new.conv)?;
+        st.ssm.try_index_mut(s..e, &new.ssm)?;
+        Ok(())
     }
 
     /// Grows (never shrinks) both buffers to `shape`, keeping their contents.

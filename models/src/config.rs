@@ -15,7 +15,14 @@ use crate::{
 };
 
 /// Architectures this crate can run, by `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3_moe"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+];
 
 /// Quantization parameters of one layer (MLX affine quantization).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +116,103 @@ pub enum RopeScaling {
     },
 }
 
+/// Qwen3.5 (`qwen3_5`, `qwen3_5_moe`): which layers are Gated DeltaNet
+/// (linear attention) and their dimensions. The sparse MoE block of
+/// `qwen3_5_moe` is read by [`crate::moe::MoeConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HybridConfig {
+    /// One entry per layer: true for full (softmax) attention.
+    pub full_attention: Vec<bool>,
+    pub linear_num_key_heads: usize,
+    pub linear_num_value_heads: usize,
+    pub linear_key_head_dim: usize,
+    pub linear_value_head_dim: usize,
+    pub linear_conv_kernel_dim: usize,
+    /// Share of `head_dim` that full attention rotates (0.25).
+    pub partial_rotary_factor: f32,
+}
+
+impl HybridConfig {
+    fn from_json(obj: &serde_json::Map<String, Value>, layers: usize, path: &Path) -> Result<Self> {
+        let num = |k: &str, default: usize| -> usize {
+            obj.get(k)
+                .and_then(Value::as_u64)
+                .map_or(default, |v| v as usize)
+        };
+        let full_attention = match obj.get("layer_types").and_then(Value::as_array) {
+            Some(types) => {
+                let types: Vec<bool> = types
+                    .iter()
+                    .map(|t| t.as_str() == Some("full_attention"))
+                    .collect();
+                if types.len() != layers {
+                    return Err(ModelError::config(
+                        path,
+                        format!(
+                            "`layer_types` has {} entries for {layers} layers",
+                            types.len()
+                        ),
+                    ));
+                }
+                types
+            }
+            None => {
+                let interval = num("full_attention_interval", 4).max(1);
+                (0..layers).map(|i| (i + 1) % interval == 0).collect()
+            }
+        };
+        let rope = obj
+            .get("rope_parameters")
+            .or_else(|| obj.get("rope_scaling"));
+        let partial_rotary_factor = obj
+            .get("partial_rotary_factor")
+            .or_else(|| rope.and_then(|r| r.get("partial_rotary_factor")))
+            .and_then(Value::as_f64)
+            .unwrap_or(0.25) as f32;
+        let config = HybridConfig {
+            full_attention,
+            linear_num_key_heads: num("linear_num_key_heads", 16),
+            linear_num_value_heads: num("linear_num_value_heads", 32),
+            linear_key_head_dim: num("linear_key_head_dim", 128),
+            linear_value_head_dim: num("linear_value_head_dim", 128),
+            linear_conv_kernel_dim: num("linear_conv_kernel_dim", 4),
+            partial_rotary_factor,
+        };
+        let bad = |m: &str| Err(ModelError::config(path, m.to_string()));
+        if config.linear_num_key_heads == 0
+            || config.linear_num_value_heads % config.linear_num_key_heads != 0
+        {
+            return bad("linear_num_value_heads must be a multiple of linear_num_key_heads");
+        }
+        if config.linear_conv_kernel_dim < 2 {
+            return bad("linear_conv_kernel_dim must be at least 2");
+        }
+        Ok(config)
+    }
+
+    /// Number of full-attention layers (the only ones with a KV cache).
+    pub fn attention_layers(&self) -> usize {
+        self.full_attention.iter().filter(|&&f| f).count()
+    }
+
+    /// Channels of the depthwise convolution: queries, keys and values.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+    }
+
+    /// Bytes of one sequence's recurrent state over all linear layers: the
+    /// conv window (`kernel - 1` positions, at `bytes_per_element`) and the
+    /// f32 delta-rule state (`value_heads x key_dim x value_dim`).
+    pub fn state_bytes_per_sequence(&self, bytes_per_element: usize) -> usize {
+        let linear = self.full_attention.len() - self.attention_layers();
+        let conv = (self.linear_conv_kernel_dim - 1) * self.conv_dim() * bytes_per_element;
+        let ssm =
+            self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim * 4;
+        linear * (conv + ssm)
+    }
+}
+
 /// Everything needed to build and run a dense decoder-only transformer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -130,6 +234,9 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     /// Query/key RMSNorm per head (Qwen3).
     pub qk_norm: bool,
+    /// Qwen3.5's hybrid layout (Gated DeltaNet layers, sparse MoE); `None`
+    /// for plain decoders.
+    pub hybrid: Option<HybridConfig>,
     pub quantization: Option<QuantConfig>,
     /// End-of-sequence ids from config.json and generation_config.json.
     pub eos_token_ids: Vec<u32>,
@@ -199,10 +306,14 @@ impl ModelConfig {
             Some(text) if !obj.contains_key("hidden_size") => text,
             _ => obj,
         };
+        // Qwen3.5's nested text config says `qwen3_5_text` / `qwen3_5_moe_text`.
         let model_type = obj
             .get("model_type")
             .and_then(Value::as_str)
-            .ok_or_else(|| ModelError::config(path, "missing `model_type`"))?
+            .ok_or_else(|| ModelError::config(path, "missing `model_type`"))?;
+        let model_type = model_type
+            .strip_suffix("_text")
+            .unwrap_or(model_type)
             .to_string();
         if !SUPPORTED_ARCHITECTURES.contains(&model_type.as_str()) {
             return Err(ModelError::UnknownArchitecture {
@@ -222,6 +333,23 @@ impl ModelConfig {
         let opt_b = |k: &str| obj.get(k).and_then(Value::as_bool);
 
         let hidden_size = req("hidden_size")?;
+        let is_hybrid = model_type.starts_with("qwen3_5");
+        let hybrid = if is_hybrid {
+            Some(HybridConfig::from_json(
+                obj,
+                req("num_hidden_layers")?,
+                path,
+            )?)
+        } else {
+            None
+        };
+        // Qwen3.5 keeps rope_theta in `rope_parameters`.
+        let rope_theta = opt_f("rope_theta").or_else(|| {
+            obj.get("rope_parameters")
+                .and_then(|r| r.get("rope_theta"))
+                .and_then(Value::as_f64)
+                .map(|v| v as f32)
+        });
         let num_attention_heads = req("num_attention_heads")?;
         let num_key_value_heads = obj
             .get("num_key_value_heads")
@@ -242,26 +370,34 @@ impl ModelConfig {
                 ),
             ));
         }
-        let rope_scaling = match obj.get("rope_scaling") {
+        let rope_scaling = match obj.get("rope_scaling").or(obj.get("rope_parameters")) {
             None | Some(Value::Null) => None,
             Some(v) => parse_rope_scaling(v, path)?,
         };
-        let quantization = obj
-            .get("quantization")
-            .or_else(|| obj.get("quantization_config"))
+        // Nested (multimodal) configs keep `quantization` at the top level.
+        let quantization = ["quantization", "quantization_config"]
+            .iter()
+            .find_map(|k| obj.get(*k).or_else(|| raw.get(*k)))
             .and_then(QuantConfig::from_json)
             .filter(|q| q.default.is_some() || !q.overrides.is_empty());
 
         Ok(ModelConfig {
             vocab_size: req("vocab_size")?,
             hidden_size,
-            intermediate_size: req("intermediate_size")?,
+            // Sparse Qwen3.5 has no dense MLP size.
+            intermediate_size: if model_type == "qwen3_5_moe" {
+                obj.get("intermediate_size")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0) as usize
+            } else {
+                req("intermediate_size")?
+            },
             num_hidden_layers: req("num_hidden_layers")?,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
             rms_norm_eps: opt_f("rms_norm_eps").unwrap_or(1e-6),
-            rope_theta: opt_f("rope_theta").unwrap_or(10000.0),
+            rope_theta: rope_theta.unwrap_or(if is_hybrid { 1e5 } else { 10000.0 }),
             rope_traditional: opt_b("rope_traditional").unwrap_or(false),
             rope_scaling,
             max_position_embeddings: obj
@@ -274,7 +410,8 @@ impl ModelConfig {
             // Qwen2 always has q/k/v biases; Llama only when configured.
             attention_bias: opt_b("attention_bias").unwrap_or(model_type == "qwen2"),
             mlp_bias: opt_b("mlp_bias").unwrap_or(false),
-            qk_norm: model_type == "qwen3" || model_type == "qwen3_moe",
+            qk_norm: model_type == "qwen3" || model_type == "qwen3_moe" || is_hybrid,
+            hybrid,
             quantization,
             eos_token_ids: ids_from(obj.get("eos_token_id")),
             bos_token_id: obj
@@ -363,8 +500,22 @@ impl ModelConfig {
     }
 
     /// Bytes of KV cache per token of one sequence at `bytes_per_element`.
+    /// Only full-attention layers count: linear-attention layers keep a
+    /// fixed-size state instead ([`Self::state_bytes_per_sequence`]).
     pub fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize {
-        2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * bytes_per_element
+        let layers = self
+            .hybrid
+            .as_ref()
+            .map_or(self.num_hidden_layers, HybridConfig::attention_layers);
+        2 * layers * self.num_key_value_heads * self.head_dim * bytes_per_element
+    }
+
+    /// Bytes of per-sequence recurrent state that does not grow with length
+    /// (0 for plain transformers).
+    pub fn state_bytes_per_sequence(&self, bytes_per_element: usize) -> usize {
+        self.hybrid
+            .as_ref()
+            .map_or(0, |h| h.state_bytes_per_sequence(bytes_per_element))
     }
 }
 
@@ -440,6 +591,64 @@ mod tests {
         v.as_object_mut().unwrap().remove("hidden_size");
         let e = ModelConfig::from_json(&v, Path::new("config.json")).unwrap_err();
         assert!(e.to_string().contains("hidden_size"), "{e}");
+    }
+
+    /// The shape of mlx-community's Qwen3.5-35B-A3B config: text model nested
+    /// under `text_config` (model_type `qwen3_5_moe_text`), rope in
+    /// `rope_parameters`, no dense `intermediate_size`.
+    #[test]
+    fn parses_nested_qwen3_5_moe() {
+        let mut types = vec!["linear_attention"; 40];
+        for i in (3..40).step_by(4) {
+            types[i] = "full_attention";
+        }
+        let raw = serde_json::json!({
+            "model_type": "qwen3_5_moe",
+            "text_config": {
+                "model_type": "qwen3_5_moe_text", "vocab_size": 248320, "hidden_size": 2048,
+                "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+                "head_dim": 256, "layer_types": types, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                "shared_expert_intermediate_size": 512,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]}
+            },
+            "quantization": {"group_size": 64, "bits": 4,
+                             "language_model.model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}}
+        });
+        let c = ModelConfig::from_json(&raw, Path::new("config.json")).unwrap();
+        assert_eq!(c.model_type, "qwen3_5_moe");
+        assert_eq!(c.rope_theta, 1e7);
+        assert!(c.rope_scaling.is_none() && c.qk_norm);
+        let h = c.hybrid.as_ref().unwrap();
+        assert_eq!(h.attention_layers(), 10);
+        assert!(h.full_attention[3] && !h.full_attention[4]);
+        assert_eq!(h.partial_rotary_factor, 0.25);
+        assert_eq!(h.conv_dim(), 8192);
+        // KV only for the 10 attention layers; the 30 linear layers hold
+        // 3 x 8192 conv inputs (bf16) and a 32 x 128 x 128 f32 memory each.
+        assert_eq!(c.kv_bytes_per_token(2), 2 * 10 * 2 * 256 * 2);
+        assert_eq!(
+            c.state_bytes_per_sequence(2),
+            30 * (3 * 8192 * 2 + 32 * 128 * 128 * 4)
+        );
+        let q = c.quantization.unwrap();
+        assert_eq!(
+            q.for_module("language_model.model.layers.0.mlp.gate")
+                .unwrap()
+                .bits,
+            8
+        );
+        // Without layer_types: every full_attention_interval-th layer.
+        let mut flat = raw["text_config"].clone();
+        flat.as_object_mut().unwrap().remove("layer_types");
+        flat["full_attention_interval"] = 2.into();
+        let c = ModelConfig::from_json(&flat, Path::new("config.json")).unwrap();
+        assert_eq!(c.hybrid.unwrap().attention_layers(), 20);
+        flat["layer_types"] = serde_json::json!(["full_attention"]);
+        assert!(ModelConfig::from_json(&flat, Path::new("config.json")).is_err());
     }
 
     #[test]

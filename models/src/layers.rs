@@ -235,7 +235,12 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(config: &ModelConfig) -> Self {
-        let dims = config.head_dim as i32;
+        Self::with_dims(config, config.head_dim)
+    }
+
+    /// Rotates only the first `dims` of each head (partial rotary, Qwen3.5).
+    pub fn with_dims(config: &ModelConfig, dims: usize) -> Self {
+        let dims = dims as i32;
         let mut rope = Rope {
             dims,
             traditional: config.rope_traditional,

@@ -5,32 +5,36 @@
 //! a [`Model`] that runs forward passes over per-sequence
 //! [`KvCache`]s, plus the [`Tokenizer`] (with its chat template).
 //!
-//! Architectures live one per file (`llama`, `qwen2`, `qwen3`, `qwen3_moe`)
-//! and share the layers in [`layers`] (and the sparse MoE block in [`moe`]);
-//! [`load`] picks one by `model_type`.
+//! Architectures live one per file (`llama`, `qwen2`, `qwen3`, `qwen3_moe`,
+//! `qwen3_5`) and share the layers in [`layers`] (the sparse MoE block in
+//! [`moe`], Qwen3.5's Gated DeltaNet layer in [`deltanet`]); [`load`] picks
+//! one by `model_type`.
 
 pub mod cache;
 pub mod chat_template;
 pub mod config;
 pub mod cuda_gemv;
+pub mod deltanet;
 pub mod detokenizer;
 pub mod error;
 pub mod gguf;
 pub mod layers;
 pub mod llama;
+pub mod model;
 pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;
 pub mod tokenizer;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
 
-pub use cache::{BatchKv, BatchShape, CacheView, DecodeStep, KvCache};
+pub use cache::{BatchKv, BatchShape, CacheView, DecodeStep, KvCache, RecurrentState};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
-pub use llama::Model;
+pub use model::Model;
 pub use tokenizer::Tokenizer;
 pub use weights::Weights;
 
@@ -100,10 +104,11 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
 /// Builds the architecture named by `config.model_type` from `weights`.
 pub fn build(config: ModelConfig, weights: &mut Weights) -> Result<Model> {
     match config.model_type.as_str() {
-        "llama" => llama::load(config, weights),
-        "qwen2" => qwen2::load(config, weights),
-        "qwen3" => qwen3::load(config, weights),
-        "qwen3_moe" => qwen3_moe::load(config, weights),
+        "llama" => llama::load(config, weights).map(Model::from),
+        "qwen2" => qwen2::load(config, weights).map(Model::from),
+        "qwen3" => qwen3::load(config, weights).map(Model::from),
+        "qwen3_moe" => qwen3_moe::load(config, weights).map(Model::from),
+        "qwen3_5" | "qwen3_5_moe" => qwen3_5::load(config, weights).map(Model::from),
         other => Err(ModelError::UnknownArchitecture {
             path: weights.source().to_path_buf(),
             arch: other.to_string(),

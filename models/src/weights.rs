@@ -132,6 +132,23 @@ impl Weights {
         self.tensors.remove(name)
     }
 
+    /// Puts a (converted) tensor back under `name`.
+    pub fn insert(&mut self, name: String, array: Array) {
+        self.tensors.insert(name, array);
+    }
+
+    /// Drops the tensors whose name fails `keep` (e.g. a vision tower).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.tensors.retain(|name, _| keep(name));
+    }
+
+    /// Every tensor name (sorted).
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tensors.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// Quantization of the layer at `prefix` whose `.weight` is `weight`, or
     /// `None` for a dense layer. Errors when the config and shapes disagree.
     pub fn quantization_of(&self, prefix: &str, weight: &Array) -> Result<Option<QuantParams>> {

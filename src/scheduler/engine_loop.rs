@@ -50,6 +50,8 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
             let model = loaded.model;
             let config_m = model.config.clone();
             let kv_bytes_per_token = config_m.kv_bytes_per_token(activation_bytes(&model));
+            let state_bytes_per_sequence =
+                config_m.state_bytes_per_sequence(activation_bytes(&model));
             let info = ModelInfo {
                 id: path
                     .file_name()
@@ -60,6 +62,7 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 eos_token_ids: eos_token_ids.clone(),
                 weight_bytes: model.nbytes(),
                 kv_bytes_per_token,
+                state_bytes_per_sequence,
                 device: crate::device::DeviceInfo::detect(),
                 config: config_m,
             };
@@ -315,7 +318,8 @@ impl EngineLoop {
             let row = self.rows.next_free();
             let needed = prompt_len + max_tokens;
             let target = grown_shape(self.shape, row, needed, self.config.max_running);
-            let bytes = shape_bytes(target, self.info.kv_bytes_per_token);
+            let bytes = shape_bytes(target, self.info.kv_bytes_per_token)
+                + target.rows * self.info.state_bytes_per_sequence;
             if bytes > self.kv_budget && !self.running.is_empty() {
                 break; // wait for running sequences to finish
             }
@@ -403,11 +407,15 @@ impl EngineLoop {
         // Rows whose token comes from the previous step's device output.
         let mut from_device = vec![false; span];
         let mut device_index = vec![0i32; span];
+        // Rows that decode this step; the others (free, mid-prefill, or
+        // waiting for their last in-flight token) keep their recurrent state.
+        let mut active = vec![false; span];
         for (i, s) in self.running.iter().enumerate() {
             positions[s.row] = s.next_position();
             if !decoding.contains(&i) {
                 continue;
             }
+            active[s.row] = true;
             match previous.as_ref().filter(|_| s.in_flight) {
                 Some(prev) => {
                     let k = prev.ids.iter().position(|&id| id == s.sub.id);
@@ -433,7 +441,8 @@ impl EngineLoop {
             _ => host,
         }
         .reshape(&[span as i32, 1])?;
-        let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions);
+        let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions)
+            .with_active_rows(&active);
         let mut views: Vec<CacheView> = self
             .kv
             .iter_mut()
@@ -637,7 +646,10 @@ impl EngineLoop {
         let used: usize = self
             .running
             .iter()
-            .map(|s| (s.prefilled + s.generated) * self.info.kv_bytes_per_token)
+            .map(|s| {
+                (s.prefilled + s.generated) * self.info.kv_bytes_per_token
+                    + self.info.state_bytes_per_sequence
+            })
             .sum();
         let allocated: usize = self.kv.iter().map(BatchKv::nbytes).sum();
         self.metrics.set_kv(used, allocated);

@@ -165,6 +165,9 @@ pub struct ModelInfo {
     pub weight_bytes: usize,
     /// KV cache bytes per token of one sequence.
     pub kv_bytes_per_token: usize,
+    /// Fixed recurrent-state bytes of one sequence (Qwen3.5's linear
+    /// attention layers; 0 for plain transformers).
+    pub state_bytes_per_sequence: usize,
     /// Where the model runs.
     pub device: crate::device::DeviceInfo,
 }
@@ -248,7 +251,7 @@ impl SchedulerHandle {
             .validate(info.config.vocab_size)
             .map_err(|e| SubmitError::Invalid(e.to_string()))?;
         let total = (job.prompt_tokens.len() + job.max_tokens.max(1)).min(info.context_length);
-        let needed = total * info.kv_bytes_per_token;
+        let needed = total * info.kv_bytes_per_token + info.state_bytes_per_sequence;
         if needed > self.shared.kv_budget {
             return Err(SubmitError::TooLargeForMemory {
                 needed,

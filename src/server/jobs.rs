@@ -54,7 +54,9 @@ pub fn submit_choices(
             Err(SubmitError::TooLargeForMemory { needed, budget })
                 if options.max_tokens.is_none() && info.kv_bytes_per_token > 0 =>
             {
-                let fits = (budget / info.kv_bytes_per_token).saturating_sub(prompt_tokens.len());
+                let fits = (budget.saturating_sub(info.state_bytes_per_sequence)
+                    / info.kv_bytes_per_token)
+                    .saturating_sub(prompt_tokens.len());
                 if fits == 0 {
                     Err(SubmitError::TooLargeForMemory { needed, budget })
                 } else {

@@ -39,7 +39,24 @@ pub struct DummyShape {
     /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0`.
     pub decoder_sparse_step: usize,
     pub norm_topk_prob: bool,
+    /// Qwen3.5's linear-attention dimensions, for `qwen3_5*` archs.
+    pub hybrid: Option<DummyHybrid>,
 }
+
+/// Gated DeltaNet dimensions of a Qwen3.5 shape (every 4th layer is full
+/// attention) and, when it has experts, its shared expert's width.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DummyHybrid {
+    pub linear_key_heads: usize,
+    pub linear_value_heads: usize,
+    pub linear_key_dim: usize,
+    pub linear_value_dim: usize,
+    pub conv_kernel: usize,
+    pub shared_expert_intermediate_size: usize,
+}
+
+/// Every `FULL_ATTENTION_INTERVAL`-th layer of a Qwen3.5 shape is full attention.
+pub const FULL_ATTENTION_INTERVAL: usize = 4;
 
 /// Named shapes: real models' dimensions, plus tiny ones for tests.
 pub const PRESETS: &[&str] = &[
@@ -49,6 +66,9 @@ pub const PRESETS: &[&str] = &[
     "qwen3-8b",
     "smollm2-135m",
     "llama-3.2-1b",
+    "qwen3.5-tiny",
+    "qwen3.5-moe-tiny",
+    "qwen3.5-35b-a3b",
     "qwen3-moe-tiny",
     "qwen3-30b-a3b",
 ];
@@ -71,12 +91,24 @@ impl DummyShape {
             moe_intermediate_size: 0,
             decoder_sparse_step: 1,
             norm_topk_prob: true,
+            hybrid: None,
         };
         let moe = |dense: DummyShape, experts, top_k, moe_ffn| DummyShape {
             num_experts: experts,
             num_experts_per_tok: top_k,
             moe_intermediate_size: moe_ffn,
             ..dense
+        };
+        let hybrid = |mut shape: DummyShape, (kh, vh, kd, vd), shared| {
+            shape.hybrid = Some(DummyHybrid {
+                linear_key_heads: kh,
+                linear_value_heads: vh,
+                linear_key_dim: kd,
+                linear_value_dim: vd,
+                conv_kernel: 4,
+                shared_expert_intermediate_size: shared,
+            });
+            shape
         };
         Some(match name {
             "tiny" => s(64, 2, 4, 2, 16, 128, None, true, 10000.0, 4096),
@@ -91,6 +123,27 @@ impl DummyShape {
                 128,
                 8,
                 768,
+            ),
+            "qwen3.5-tiny" => hybrid(
+                s(64, 4, 4, 2, 16, 128, None, true, 1e7, 4096),
+                (2, 4, 16, 16),
+                0,
+            ),
+            "qwen3.5-moe-tiny" => hybrid(
+                moe(s(64, 4, 4, 2, 16, 0, None, true, 1e7, 4096), 8, 2, 32),
+                (2, 4, 16, 16),
+                32,
+            ),
+            // transformers 5.24's Qwen3_5MoeTextConfig defaults.
+            "qwen3.5-35b-a3b" => hybrid(
+                moe(
+                    s(2048, 40, 16, 2, 256, 0, Some(248320), false, 1e7, 262144),
+                    256,
+                    8,
+                    512,
+                ),
+                (16, 32, 128, 128),
+                512,
             ),
             _ => return None,
         })
@@ -138,6 +191,12 @@ impl DummyShape {
                 "moe_ffn" | "moe_intermediate_size" => shape.moe_intermediate_size = n()?,
                 "sparse_step" | "decoder_sparse_step" => shape.decoder_sparse_step = n()?,
                 "norm_topk" | "norm_topk_prob" => shape.norm_topk_prob = v == "true" || v == "1",
+                "shared_ffn" => {
+                    let Some(hy) = shape.hybrid.as_mut() else {
+                        bail!("`{k}` needs a qwen3.5 shape");
+                    };
+                    hy.shared_expert_intermediate_size = n()?;
+                }
                 _ => bail!("unknown shape key `{k}`"),
             }
         }
@@ -189,13 +248,22 @@ fn dtype_name(d: Dtype) -> &'static str {
 
 /// Writes the checkpoint to `out` and returns the parameter count.
 pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
-    if !["llama", "qwen2", "qwen3", "qwen3_moe"].contains(&spec.arch.as_str()) {
+    let known = [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_5",
+        "qwen3_5_moe",
+    ];
+    if !known.contains(&spec.arch.as_str()) {
         bail!(
-            "unknown architecture `{}` (llama, qwen2, qwen3, qwen3_moe)",
-            spec.arch
+            "unknown architecture `{}` ({})",
+            spec.arch,
+            known.join(", ")
         );
     }
-    let moe = spec.arch == "qwen3_moe";
+    let moe = spec.arch == "qwen3_moe" || spec.arch == "qwen3_5_moe";
     if moe != (spec.shape.num_experts > 0) {
         bail!(
             "architecture `{}` needs {} shape (e.g. {})",
@@ -203,6 +271,10 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             if moe { "an MoE" } else { "a dense" },
             if moe { "qwen3-moe-tiny" } else { "tiny" }
         );
+    }
+    let hybrid_arch = spec.arch.starts_with("qwen3_5");
+    if hybrid_arch != spec.shape.hybrid.is_some() {
+        bail!("qwen3.5-* shapes go with --arch qwen3_5 / qwen3_5_moe, and only they");
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let tokenizer_vocab = copy_tokenizer(&spec.tokenizer, out)?;
@@ -226,6 +298,10 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
     )];
     for i in 0..s.num_hidden_layers {
         let p = format!("model.layers.{i}");
+        if let Some(hy) = &s.hybrid {
+            hybrid_layer_tensors(&mut tensors, &p, i, s, hy);
+            continue;
+        }
         let mut push = |name: &str, shape: Vec<i32>, init: Init| {
             tensors.push((format!("{p}.{name}"), shape, init))
         };
@@ -328,6 +404,7 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
 
     let (bos, eos) = special_ids(&spec.tokenizer)?;
     let architecture = match spec.arch.as_str() {
+        "qwen3_5" | "qwen3_5_moe" => "Qwen3_5ForConditionalGeneration",
         "llama" => "LlamaForCausalLM",
         "qwen2" => "Qwen2ForCausalLM",
         "qwen3_moe" => "Qwen3MoeForCausalLM",
@@ -367,6 +444,27 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
             c.extend(e.clone());
         }
     }
+    if let Some(hy) = &s.hybrid {
+        let extra = json!({
+            "architectures": [if moe {
+                "Qwen3_5MoeForConditionalGeneration"
+            } else {
+                "Qwen3_5ForConditionalGeneration"
+            }],
+            "linear_num_key_heads": hy.linear_key_heads,
+            "linear_num_value_heads": hy.linear_value_heads,
+            "linear_key_head_dim": hy.linear_key_dim,
+            "linear_value_head_dim": hy.linear_value_dim,
+            "linear_conv_kernel_dim": hy.conv_kernel,
+            "full_attention_interval": FULL_ATTENTION_INTERVAL,
+            "rope_parameters": {"type": "default", "rope_theta": s.rope_theta,
+                                "partial_rotary_factor": 0.25},
+            "shared_expert_intermediate_size": hy.shared_expert_intermediate_size,
+        });
+        if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+    }
     std::fs::write(
         out.join("config.json"),
         serde_json::to_string_pretty(&config)?,
@@ -374,10 +472,119 @@ pub fn write_dummy_model(spec: &DummySpec, out: &Path) -> Result<usize> {
     Ok(params)
 }
 
+/// Tensors of one Qwen3.5 layer (MLX layout: conv1d `[C, K, 1]`, plain
+/// norm weights, experts stacked as `switch_mlp`).
+fn hybrid_layer_tensors(
+    tensors: &mut Vec<(String, Vec<i32>, Init)>,
+    p: &str,
+    layer: usize,
+    s: &DummyShape,
+    hy: &DummyHybrid,
+) {
+    let h = s.hidden_size as i32;
+    let (nh, kv, hd) = (
+        s.num_attention_heads as i32,
+        s.num_key_value_heads as i32,
+        s.head_dim as i32,
+    );
+    let mut push = |name: &str, shape: Vec<i32>, init: Init| {
+        tensors.push((format!("{p}.{name}"), shape, init))
+    };
+    push("input_layernorm.weight", vec![h], Init::Ones);
+    push("post_attention_layernorm.weight", vec![h], Init::Ones);
+    if (layer + 1) % FULL_ATTENTION_INTERVAL == 0 {
+        push(
+            "self_attn.q_proj.weight",
+            vec![2 * nh * hd, h],
+            Init::Normal,
+        );
+        push("self_attn.k_proj.weight", vec![kv * hd, h], Init::Normal);
+        push("self_attn.v_proj.weight", vec![kv * hd, h], Init::Normal);
+        push("self_attn.o_proj.weight", vec![h, nh * hd], Init::Normal);
+        push("self_attn.q_norm.weight", vec![hd], Init::Ones);
+        push("self_attn.k_norm.weight", vec![hd], Init::Ones);
+    } else {
+        let key = (hy.linear_key_heads * hy.linear_key_dim) as i32;
+        let value = (hy.linear_value_heads * hy.linear_value_dim) as i32;
+        let vh = hy.linear_value_heads as i32;
+        let conv = 2 * key + value;
+        push(
+            "linear_attn.in_proj_qkv.weight",
+            vec![conv, h],
+            Init::Normal,
+        );
+        push("linear_attn.in_proj_z.weight", vec![value, h], Init::Normal);
+        push("linear_attn.in_proj_b.weight", vec![vh, h], Init::Normal);
+        push("linear_attn.in_proj_a.weight", vec![vh, h], Init::Normal);
+        push(
+            "linear_attn.conv1d.weight",
+            vec![conv, hy.conv_kernel as i32, 1],
+            Init::Wide,
+        );
+        push("linear_attn.dt_bias", vec![vh], Init::Ones);
+        push("linear_attn.A_log", vec![vh], Init::LogDecayRate);
+        push(
+            "linear_attn.norm.weight",
+            vec![hy.linear_value_dim as i32],
+            Init::Ones,
+        );
+        push("linear_attn.out_proj.weight", vec![h, value], Init::Normal);
+    }
+    if s.num_experts > 0 {
+        let (e, ffn, shared) = (
+            s.num_experts as i32,
+            s.moe_intermediate_size as i32,
+            hy.shared_expert_intermediate_size as i32,
+        );
+        push("mlp.gate.weight", vec![e, h], Init::Normal);
+        push(
+            "mlp.switch_mlp.gate_proj.weight",
+            vec![e, ffn, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.switch_mlp.up_proj.weight",
+            vec![e, ffn, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.switch_mlp.down_proj.weight",
+            vec![e, h, ffn],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.gate_proj.weight",
+            vec![shared, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.up_proj.weight",
+            vec![shared, h],
+            Init::Normal,
+        );
+        push(
+            "mlp.shared_expert.down_proj.weight",
+            vec![h, shared],
+            Init::Normal,
+        );
+        push("mlp.shared_expert_gate.weight", vec![1, h], Init::Normal);
+    } else {
+        let ffn = s.intermediate_size as i32;
+        push("mlp.gate_proj.weight", vec![ffn, h], Init::Normal);
+        push("mlp.up_proj.weight", vec![ffn, h], Init::Normal);
+        push("mlp.down_proj.weight", vec![h, ffn], Init::Normal);
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Init {
     Normal,
     Ones,
+    /// Normal with std 0.5 (convolution taps).
+    Wide,
+    /// `A_log` around -3 (std 1): per-token decays from ~0.8 to ~0.99, so
+    /// the recurrent state remembers tens to hundreds of tokens.
+    LogDecayRate,
 }
 
 impl Init {
@@ -387,6 +594,14 @@ impl Init {
             Init::Normal => {
                 let key = random::key(seed)?;
                 random::normal::<f32>(shape, 0.0, 0.02, &key)?
+            }
+            Init::Wide => {
+                let key = random::key(seed)?;
+                random::normal::<f32>(shape, 0.0, 0.5, &key)?
+            }
+            Init::LogDecayRate => {
+                let key = random::key(seed)?;
+                random::normal::<f32>(shape, -3.0, 1.0, &key)?
             }
         };
         let a = a.as_dtype(dtype)?;
