@@ -92,7 +92,7 @@ for n, k in [(4096, 4096), (12288, 4096), (4096, 12288)]:
         print(f"x[{m},{k}] @ w[{n},{k}].T: {dt*1e6:.0f} us, {w.nbytes/dt/1e9:.0f} GB/s of weights")
 EOF
   # Hearth's small-batch GEMV kernel against MLX's matmul (self-check + timings).
-  $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true
+  [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true; }
   stamp "gemv bench done"
   # Models: "name:arch:shape[:tokenizer-dir]" separated by ';' (H200_MODELS).
   IFS=';' read -ra specs <<< "${H200_MODELS:-dense:qwen3:qwen3-8b}"

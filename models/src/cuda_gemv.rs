@@ -11,16 +11,13 @@
 //! 16-byte loads, f32 accumulation, a warp-shuffle reduction.
 //!
 //! It is JIT-compiled by MLX (NVRTC) through mlx-c's custom CUDA kernel API,
-//! and used only when [`enable`] turned it on: on a CUDA device, after a
-//! self-check against MLX's own matmul. Everywhere else (CPU, Metal) the
-//! plain matmul runs.
+//! and used only when [`enable`] turned it on (`HEARTH_CUDA_GEMV`, off by
+//! default; docs/cuda.md): on a CUDA device, after a self-check against
+//! MLX's own matmul. Everywhere else (CPU, Metal) the plain matmul runs.
 
 use std::{
     ffi::CString,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        OnceLock,
-    },
+    sync::atomic::{AtomicUsize, Ordering},
 };
 
 use mlx_rs::{Array, Dtype, Stream};
@@ -111,64 +108,52 @@ pub fn matmul_t(x: &Array, weight: &Array) -> Result<Array> {
     Ok(y.reshape(&out_shape)?)
 }
 
-/// The kernel object, created once: MLX caches the compiled module by name
-/// and template arguments, so one handle serves every shape.
-struct Kernel(mlx_sys::mlx_fast_cuda_kernel);
-
-// SAFETY: the handle is an immutable, reference-counted C++ function object;
-// MLX's own kernel cache behind it is thread-safe.
-unsafe impl Send for Kernel {}
-unsafe impl Sync for Kernel {}
-
-static KERNEL: OnceLock<std::result::Result<Kernel, String>> = OnceLock::new();
-
-fn kernel() -> Result<&'static Kernel> {
-    let made = KERNEL.get_or_init(|| {
-        let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
-        let (name, source, header) = (c("hearth_gemv")?, c(SOURCE)?, c("")?);
-        let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
-            let owned: Vec<CString> = v
-                .iter()
-                .map(|s| c(s))
-                .collect::<std::result::Result<_, _>>()?;
-            let mut ptrs: Vec<*const std::os::raw::c_char> =
-                owned.iter().map(|s| s.as_ptr()).collect();
-            // SAFETY: mlx-c copies the strings; `owned` outlives the call.
-            Ok(unsafe { mlx_sys::mlx_vector_string_new_data(ptrs.as_mut_ptr(), ptrs.len()) })
-        };
-        let inputs = names(&["x", "w"])?;
-        let outputs = names(&["y"])?;
-        // SAFETY: plain constructor call with valid C strings and vectors,
-        // which are freed right after (mlx-c copies them).
-        let kernel = unsafe {
-            let k = mlx_sys::mlx_fast_cuda_kernel_new(
-                name.as_ptr(),
-                inputs,
-                outputs,
-                source.as_ptr(),
-                header.as_ptr(),
-                true,
-                0,
-            );
-            mlx_sys::mlx_vector_string_free(inputs);
-            mlx_sys::mlx_vector_string_free(outputs);
-            k
-        };
-        if kernel.ctx.is_null() {
-            Err("creating the kernel failed".to_string())
-        } else {
-            Ok(Kernel(kernel))
-        }
-    });
-    made.as_ref()
-        .map_err(|e| ModelError::Mlx(format!("cuda gemv: {e}")))
+fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
+    let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
+    let (name, source, header) = (c("hearth_gemv")?, c(SOURCE)?, c("")?);
+    let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
+        let owned: Vec<CString> = v
+            .iter()
+            .map(|s| c(s))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut ptrs: Vec<*const std::os::raw::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        // SAFETY: mlx-c copies the strings; `owned` outlives the call.
+        Ok(unsafe { mlx_sys::mlx_vector_string_new_data(ptrs.as_mut_ptr(), ptrs.len()) })
+    };
+    let inputs = names(&["x", "w"])?;
+    let outputs = names(&["y"])?;
+    // SAFETY: plain constructor call with valid C strings and vectors, which
+    // are freed right after (mlx-c copies them).
+    let kernel = unsafe {
+        let k = mlx_sys::mlx_fast_cuda_kernel_new(
+            name.as_ptr(),
+            inputs,
+            outputs,
+            source.as_ptr(),
+            header.as_ptr(),
+            true,
+            0,
+        );
+        mlx_sys::mlx_vector_string_free(inputs);
+        mlx_sys::mlx_vector_string_free(outputs);
+        k
+    };
+    if kernel.ctx.is_null() {
+        Err("creating the kernel failed".into())
+    } else {
+        Ok(kernel)
+    }
 }
 
 fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     let fail = |what: &str| ModelError::Mlx(format!("cuda gemv: {what}"));
     let dtype = w.dtype();
     let c = |s: &str| CString::new(s).map_err(|_| fail("bad string"));
-    let kernel = kernel()?.0;
+    // A new kernel handle per call, as measured on the H200 (run C of
+    // bench/results/h200-2026-11-29-gemv.md); MLX caches the compiled
+    // module by name and template arguments. A build that created the
+    // handle once collapsed at two streams there, cause not found yet.
+    let kernel = new_kernel().map_err(|e| fail(&e))?;
     let t = c("T")?;
     let (tn, tk, tr) = (c("N")?, c("K")?, c("ROWS")?);
     let stream = Stream::thread_local_or_default();
@@ -222,6 +207,7 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
         mlx_sys::mlx_vector_array_free(outputs);
         mlx_sys::mlx_vector_array_free(inputs);
         mlx_sys::mlx_fast_cuda_kernel_config_free(config);
+        mlx_sys::mlx_fast_cuda_kernel_free(kernel);
         result.ok_or_else(|| fail("launching the kernel"))
     }
 }

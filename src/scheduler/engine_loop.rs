@@ -98,19 +98,18 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
 
 /// On MLX's CUDA backend, decode steps of a few rows use Hearth's
 /// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
-/// self-check. By default only for two rows: on the H200 MLX's GEMM is
-/// slowest there and the kernel 1.6-2x faster, while from three rows on
-/// MLX's own kernels win (bench/results/h200-2026-11-29-gemv.md).
-/// `HEARTH_CUDA_GEMV=off` or `=MIN-MAX` (rows) overrides the range.
+/// self-check, when `HEARTH_CUDA_GEMV=MIN-MAX` (rows) asks for it. Off by
+/// default: `1-8` measured 1.97x at two streams on the H200 but a slower
+/// single stream, and a `2-2` build collapsed at two streams for reasons
+/// not found yet (bench/results/h200-2026-11-29-gemv.md).
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv;
     if crate::device::DeviceInfo::detect().backend != "cuda" {
         return;
     }
-    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "2-2".into());
+    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "off".into());
     if setting == "off" {
         cuda_gemv::disable();
-        tracing::info!("small-batch GEMV kernel off (HEARTH_CUDA_GEMV=off)");
         return;
     }
     let range = setting
