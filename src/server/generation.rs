@@ -141,8 +141,16 @@ impl<'t> ChoiceDecoder<'t> {
     }
 
     /// Tool calls completed since the last call.
+    /// Placeholders in their arguments are restored when the request was
+    /// anonymized.
     pub fn take_calls(&mut self) -> Vec<ToolCall> {
-        std::mem::take(&mut self.new_calls)
+        let mut calls = std::mem::take(&mut self.new_calls);
+        if let Some(restorer) = &mut self.restorer {
+            for call in &mut calls {
+                call.arguments = restorer.restore_arguments(&call.arguments);
+            }
+        }
+        calls
     }
 
     /// Whether the choice made any tool call.

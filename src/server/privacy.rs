@@ -34,7 +34,7 @@ use axum::{
     response::Response,
     Json,
 };
-use hearth_privacy::{Anonymizer, Conversation, StreamRestorer};
+use hearth_privacy::{Anonymizer, Conversation, RestoreMode, StreamRestorer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -247,6 +247,9 @@ impl RequestPrivacy {
         OutputRestorer {
             content: self.conversation.stream_restorer(),
             reasoning: self.conversation.stream_restorer(),
+            arguments: self
+                .conversation
+                .stream_restorer_with_mode(RestoreMode::JsonString),
         }
     }
 
@@ -287,6 +290,8 @@ pub async fn anonymize_messages(
 pub struct OutputRestorer {
     content: StreamRestorer,
     reasoning: StreamRestorer,
+    /// Tool-call arguments (JSON text): values are written JSON-escaped.
+    arguments: StreamRestorer,
 }
 
 impl OutputRestorer {
@@ -297,6 +302,15 @@ impl OutputRestorer {
             reasoning: self.reasoning.push(&delta.reasoning),
             content: self.content.push(&delta.content),
         }
+    }
+
+    /// The arguments of one complete tool call (JSON text) with every
+    /// placeholder restored; a value holding quotes or backslashes is
+    /// escaped, so the JSON stays valid.
+    pub fn restore_arguments(&mut self, arguments: &str) -> String {
+        let mut out = self.arguments.push(arguments);
+        out.push_str(&self.arguments.finish());
+        out
     }
 
     /// Everything still held back (at the end of the choice).
@@ -373,6 +387,21 @@ mod tests {
     fn session() -> RequestPrivacy {
         let gazetteer = Gazetteer::from_lists(["Rachel"], ["Davis"]);
         RequestPrivacy::new(Anonymizer::new(Analyzer::new(Arc::new(gazetteer))))
+    }
+
+    #[test]
+    fn tool_call_arguments_are_restored_as_json() {
+        let mut privacy = session();
+        let masked = privacy.anonymize_text(r#"Mail rachel@example.com about "Q3""#);
+        assert!(masked.contains("[EMAIL_1]"), "{masked}");
+        let mut restorer = privacy.restorer();
+        let args = r#"{"to": "[EMAIL_1]", "cc": "[email_1]"}"#;
+        let restored = restorer.restore_arguments(args);
+        let value: serde_json::Value = serde_json::from_str(&restored).expect("valid JSON");
+        assert_eq!(value["to"], "rachel@example.com");
+        assert_eq!(value["cc"], "rachel@example.com");
+        // The restorer holds nothing back between calls.
+        assert_eq!(restorer.restore_arguments("{}"), "{}");
     }
 
     #[test]
