@@ -432,3 +432,46 @@ async fn privacy_preview_gives_byte_offsets() {
     assert_eq!(status, 400, "{error}");
     assert!(error["error"]["message"].is_string());
 }
+
+/// Anthropic's `/v1/messages` takes the same opt-in: the model sees the
+/// masked conversation (same `input_tokens` as a request that already holds
+/// the placeholders, not the clear text's) and the answer comes back with
+/// the values restored (the masked request's answer, restored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_messages_take_the_opt_in() {
+    let server = TestServer::start(&smollm2(), &[]);
+    let body = |text: &str| {
+        json!({
+            "model": "default",
+            "max_tokens": 16,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": list_prompt(text)}],
+        })
+    };
+    let (status, _, plain_masked) = post(&server, "/v1/messages", &[], &body("[EMAIL_1]")).await;
+    assert_eq!(status, 200, "{plain_masked}");
+    let (_, _, plain_clear) = post(&server, "/v1/messages", &[], &body(EMAIL)).await;
+    let (status, headers, anonymized) =
+        post(&server, "/v1/messages", &[HEADER], &body(EMAIL)).await;
+    assert_eq!(status, 200, "{anonymized}");
+    assert_eq!(
+        header(&headers, "x-hearth-anonymized").as_deref(),
+        Some("3")
+    );
+    let input = |v: &Value| v["usage"]["input_tokens"].as_u64().unwrap();
+    assert_eq!(input(&anonymized), input(&plain_masked));
+    assert_ne!(input(&anonymized), input(&plain_clear));
+    let text = |v: &Value| v["content"][0]["text"].as_str().unwrap_or("").to_string();
+    assert_eq!(text(&anonymized), restored(&text(&plain_masked)));
+
+    // The model alias works the same way.
+    let mut aliased = body(EMAIL);
+    aliased["model"] = json!("default+private");
+    let (status, headers, via_alias) = post(&server, "/v1/messages", &[], &aliased).await;
+    assert_eq!(status, 200, "{via_alias}");
+    assert_eq!(
+        header(&headers, "x-hearth-anonymized").as_deref(),
+        Some("3")
+    );
+    assert_eq!(input(&via_alias), input(&plain_masked));
+}
