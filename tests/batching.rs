@@ -118,10 +118,13 @@ fn check_batched_equals_alone_with(
 
 #[test]
 fn real_model_batched_equals_alone() {
+    // Pipelined decode (the GPU default) is what this checks; `mixed_*`
+    // below covers its switching to synchronous steps.
     let config = SchedulerConfig {
         max_running: 8,
         prefill_chunk: 16,
         step_token_budget: 48,
+        pipeline_decode: true,
         ..Default::default()
     };
     check_batched_equals_alone(&fixture("SmolLM2-135M-Instruct.Q4_1.gguf"), config, 24);
@@ -174,6 +177,7 @@ fn real_model_mixed_sampling_batched_equals_alone() {
         max_running: 4,
         prefill_chunk: 16,
         step_token_budget: 40,
+        pipeline_decode: true,
         ..Default::default()
     };
     let model = fixture("SmolLM2-135M-Instruct.Q4_1.gguf");

@@ -49,7 +49,7 @@ pub struct SchedulerConfig {
     pub kv_memory_budget: Option<usize>,
     /// Overlap each decode step's device work with the host work around it:
     /// the next step is queued on the sampled tokens before they are read
-    /// back (docs/scheduler.md). Off only for comparisons.
+    /// back (docs/scheduler.md). On by default on a GPU, off on a CPU.
     pub pipeline_decode: bool,
 }
 
@@ -60,7 +60,8 @@ impl Default for SchedulerConfig {
     /// a GPU reads the weights once per forward whatever the chunk, so small
     /// chunks would waste it (docs/scheduler.md).
     fn default() -> Self {
-        let (prefill_chunk, step_token_budget) = match crate::device::DeviceInfo::detect().backend {
+        let backend = crate::device::DeviceInfo::detect().backend;
+        let (prefill_chunk, step_token_budget) = match backend {
             "cuda" => (512, 1024),
             "metal" => (256, 512),
             _ => (128, 256),
@@ -71,7 +72,10 @@ impl Default for SchedulerConfig {
             step_token_budget,
             prefill_chunk,
             kv_memory_budget: None,
-            pipeline_decode: true,
+            // On a GPU the host work hides behind the device's; on a CPU
+            // both compete for the same cores: pipelining measured worse
+            // there (bench/results/serve-2026-11-29-quiet.md).
+            pipeline_decode: backend != "cpu",
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct ServerSettings {
     /// Bytes the KV caches may use; `None` = derived from system memory.
     #[serde(alias = "kv-memory-budget")]
     pub kv_memory_budget: Option<usize>,
+    /// Pipelined decode (docs/scheduler.md); off only for comparisons.
+    #[serde(alias = "pipeline-decode")]
+    pub pipeline_decode: bool,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -92,6 +95,7 @@ impl Default for ServerSettings {
             step_token_budget: scheduler.step_token_budget,
             prefill_chunk: scheduler.prefill_chunk,
             kv_memory_budget: scheduler.kv_memory_budget,
+            pipeline_decode: scheduler.pipeline_decode,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -227,7 +231,7 @@ impl ServerSettings {
             step_token_budget: self.step_token_budget,
             prefill_chunk: self.prefill_chunk,
             kv_memory_budget: self.kv_memory_budget,
-            pipeline_decode: true,
+            pipeline_decode: self.pipeline_decode,
         }
     }
 

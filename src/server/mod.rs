@@ -296,6 +296,9 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per forward pass [default: by device: CPU 128, Metal 256, CUDA 512].
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// Decode synchronously instead of pipelined [default: pipelined on a GPU, synchronous on a CPU] (docs/scheduler.md).
+    #[arg(long)]
+    pub no_pipeline_decode: bool,
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
@@ -353,6 +356,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.prefill_chunk {
             s.prefill_chunk = v;
+        }
+        if self.no_pipeline_decode {
+            s.pipeline_decode = false;
         }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);
