@@ -272,8 +272,8 @@ impl<'a> Runner<'a> {
         h
     }
 
-    fn slots(&self, point: Point, repeat: usize) -> Vec<Slot> {
-        match point {
+    fn slots(&self, point: Point, repeat: usize) -> Result<Vec<Slot>, BenchError> {
+        Ok(match point {
             Point::Single { prompt_tokens } => vec![Slot {
                 role: Role::Request,
                 prompt_tokens,
@@ -281,11 +281,7 @@ impl<'a> Runner<'a> {
                 seed: self.seed(1, prompt_tokens, repeat, 0),
             }],
             Point::Sweep { concurrency } => {
-                let sweep = self
-                    .config
-                    .sweep
-                    .as_ref()
-                    .expect("sweep point without config");
+                let sweep = self.config.sweep.as_ref().ok_or_else(|| missing("sweep"))?;
                 (0..concurrency)
                     .map(|stream| Slot {
                         role: Role::Request,
@@ -300,7 +296,7 @@ impl<'a> Runner<'a> {
                     .config
                     .interference
                     .as_ref()
-                    .expect("interference point without config");
+                    .ok_or_else(|| missing("interference"))?;
                 let slot = |role, prompt_tokens, max_tokens, stream| Slot {
                     role,
                     prompt_tokens,
@@ -334,13 +330,13 @@ impl<'a> Runner<'a> {
                     ),
                 ]
             }
-        }
+        })
     }
 
     fn prepare_prompts(&self, points: &[Point]) -> Result<(), BenchError> {
         for repeat in 0..self.config.repeats {
             for point in points {
-                for slot in self.slots(*point, repeat) {
+                for slot in self.slots(*point, repeat)? {
                     self.prompt(slot.prompt_tokens, slot.seed)?;
                 }
             }
@@ -349,7 +345,10 @@ impl<'a> Runner<'a> {
     }
 
     fn prompt(&self, tokens: usize, seed: u64) -> Result<Arc<String>, BenchError> {
-        let mut cache = self.prompts.lock().expect("prompt cache poisoned");
+        let mut cache = self
+            .prompts
+            .lock()
+            .map_err(|_| BenchError::Config("the prompt cache was poisoned by a panic".into()))?;
         if let Some(p) = cache.get(&(tokens, seed)) {
             return Ok(p.clone());
         }
@@ -400,7 +399,7 @@ impl<'a> Runner<'a> {
     ) -> Result<(), BenchError> {
         let (scenario, step) = point.describe(self.config);
         self.report_start(target, scenario, step.clone(), repeat);
-        let slots = self.slots(point, repeat);
+        let slots = self.slots(point, repeat)?;
         let first = self.samples.len();
         match point {
             Point::Single { .. } | Point::Sweep { .. } => {
@@ -467,7 +466,10 @@ impl<'a> Runner<'a> {
         self.run_batch(target, Scenario::Interference, repeat, slots)
             .await?;
         let (bench, targets) = (self.config, self.targets);
-        let config = bench.interference.as_ref().expect("interference config");
+        let config = bench
+            .interference
+            .as_ref()
+            .ok_or_else(|| missing("interference"))?;
         let resolved = &targets[target];
         let timeout = Duration::from_secs_f64(bench.request_timeout_s);
         let api_key = bench.api_key.as_deref();
@@ -488,12 +490,9 @@ impl<'a> Runner<'a> {
         let (running_request, long_request, probe_request) = (request(0), request(1), request(2));
         // All three connections exist before anything is sent.
         let connections = join_all((0..3).map(|_| connect(&resolved.base, api_key, timeout))).await;
-        let mut connections = connections.into_iter();
-        let (running_conn, long_conn, probe_conn) = (
-            connections.next().expect("3 connections"),
-            connections.next().expect("3 connections"),
-            connections.next().expect("3 connections"),
-        );
+        let [running_conn, long_conn, probe_conn]: [_; 3] = connections
+            .try_into()
+            .map_err(|_| BenchError::Config("expected three connections".into()))?;
         let (warm_tx, warm_rx) = oneshot::channel::<()>();
         let mut warm_tx = Some(warm_tx);
         let warm_chunks = config.running_warm_chunks.max(1);
@@ -684,4 +683,11 @@ fn describe_result(samples: &[RequestSample]) -> String {
         }
     }
     line
+}
+
+/// A scenario point was scheduled without its configuration section.
+fn missing(section: &str) -> BenchError {
+    BenchError::Config(format!(
+        "a {section} point was scheduled without a {section} configuration"
+    ))
 }
