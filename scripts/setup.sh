@@ -14,7 +14,12 @@ log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 if [[ "$(uname -s)" == Linux ]]; then
   need=()
   # chromium: the web UI's browser tests (tests/webui.rs, playwright-core).
-  for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip chromium; do
+  # The menu-bar app (src-tauri, Tauri 2: WebKitGTK, tray) and its end-to-end test
+  # (src-tauri/tests/e2e.rs: Xvfb, a D-Bus session bus, WebKitWebDriver).
+  app_pkgs=(libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libssl-dev libxdo-dev
+    build-essential file xvfb xdotool imagemagick webkit2gtk-driver dbus)
+  for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip chromium \
+      "${app_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -26,6 +31,13 @@ if [[ "$(uname -s)" == Linux ]]; then
   fi
 fi
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
+
+# ---- tauri-driver: WebDriver for the app's window (src-tauri/tests/e2e.rs) ---------
+if [[ "$(uname -s)" == Linux ]] && ! command -v tauri-driver >/dev/null 2>&1 \
+    && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tauri-driver" ]]; then
+  log "cargo install tauri-driver"
+  cargo install -q tauri-driver --version ^2 --locked
+fi
 
 # ---- Python venv: MLX (+ mlx-lm and friends, the reference for tests) -----------
 PY=${PYTHON:-python3}

@@ -16,6 +16,10 @@
 //! Precedence: built-in defaults, then the config file (`--config`, TOML or
 //! JSON by extension, JSON also sniffed from a leading `{`), then the flags
 //! given on the command line.
+//!
+//! Without `--config`, `hearth serve` reads the settings file the menu-bar
+//! app writes, when it exists: [`default_config_path`] (`$HEARTH_CONFIG`,
+//! else `config.toml` in the platform config dir's `hearth` folder).
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -125,11 +129,66 @@ pub enum ConfigError {
         path: PathBuf,
         source: toml::de::Error,
     },
+    #[error("cannot write config file {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("invalid setting `{name}`: {reason}")]
     Invalid { name: &'static str, reason: String },
 }
 
+/// The settings file shared by `hearth serve` (when no `--config` is given)
+/// and the menu-bar app: `$HEARTH_CONFIG` if set, else
+/// `~/Library/Application Support/hearth/config.toml` (macOS),
+/// `$XDG_CONFIG_HOME/hearth/config.toml` or `~/.config/hearth/config.toml`
+/// (Linux). `None` when the platform has no config dir.
+pub fn default_config_path() -> Option<PathBuf> {
+    match std::env::var_os("HEARTH_CONFIG") {
+        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
+        _ => dirs::config_dir().map(|dir| dir.join("hearth").join("config.toml")),
+    }
+}
+
 impl ServerSettings {
+    /// The settings of [`default_config_path`]; the defaults when that file
+    /// does not exist.
+    pub fn load_default() -> Result<Self, ConfigError> {
+        match default_config_path() {
+            Some(path) if path.exists() => Self::from_file(&path),
+            _ => Ok(Self::default()),
+        }
+    }
+
+    /// Writes the settings as TOML (API keys included, unlike every other
+    /// serialization: the file is created readable by its owner only).
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let write_error = |source| ConfigError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut table = toml::Table::try_from(self)
+            .map_err(|e| write_error(std::io::Error::other(e.to_string())))?;
+        if !self.api_keys.is_empty() {
+            table.insert("api_keys".into(), self.api_keys.clone().into());
+        }
+        let text = toml::to_string_pretty(&table)
+            .map_err(|e| write_error(std::io::Error::other(e.to_string())))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(write_error)?;
+        }
+        // Write a sibling then rename: a crash never leaves half a file.
+        let tmp = path.with_extension("toml.tmp");
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&tmp).map_err(write_error)?;
+        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(write_error)?;
+        drop(file);
+        std::fs::rename(&tmp, path).map_err(write_error)
+    }
+
     /// Reads a TOML or JSON config file (missing keys keep their defaults).
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -332,6 +391,36 @@ mod tests {
         };
         let json = serde_json::to_string(&s).expect("json");
         assert!(!json.contains("top-secret"), "{json}");
+    }
+
+    #[test]
+    fn saved_file_reads_back_with_its_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sub").join("config.toml");
+        let s = ServerSettings {
+            host: "0.0.0.0".into(),
+            port: 8123,
+            model: Some("m.gguf".into()),
+            max_running: 3,
+            api_keys: vec!["secret-key".into()],
+            ..ServerSettings::default()
+        };
+        s.save(&path).expect("save");
+        let back = ServerSettings::from_file(&path).expect("read back");
+        assert_eq!(back, s);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "mode {mode:o}");
+        }
+        // Saving again replaces the file.
+        let s2 = ServerSettings {
+            api_keys: Vec::new(),
+            ..s
+        };
+        s2.save(&path).expect("save again");
+        assert_eq!(ServerSettings::from_file(&path).expect("read"), s2);
     }
 
     #[test]

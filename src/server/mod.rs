@@ -39,6 +39,7 @@ pub mod extract;
 pub mod generation;
 pub mod info;
 pub mod jobs;
+pub mod lifecycle;
 pub mod manager;
 pub mod privacy;
 pub mod protocol;
@@ -269,7 +270,8 @@ async fn wait_for_signal() {
 /// `hearth serve` flags; each overrides the same key of `--config`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeArgs {
-    /// Config file (TOML or JSON) whose keys are these flags' names.
+    /// Config file (TOML or JSON) whose keys are these flags' names [default: the menu-bar
+    /// app's settings file, $HEARTH_CONFIG or <config dir>/hearth/config.toml, if it exists].
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to bind [default: 127.0.0.1].
@@ -331,7 +333,7 @@ impl ServeArgs {
     pub fn into_settings(self) -> Result<ServerSettings, ConfigError> {
         let mut s = match &self.config {
             Some(path) => ServerSettings::from_file(path)?,
-            None => ServerSettings::default(),
+            None => ServerSettings::load_default()?,
         };
         if let Some(v) = self.host {
             s.host = v;
