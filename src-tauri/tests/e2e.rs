@@ -352,8 +352,11 @@ fn window_start_chat_stop_quit_and_kill9_restart() {
     .stderr(Stdio::null());
     desktop.env(&mut cmd, home.path());
     let driver = Guard::new(cmd.spawn().expect("start tauri-driver"), "TERM");
+    // Both tauri-driver and the WebKitWebDriver behind it must listen.
     wait_until("tauri-driver", Duration::from_secs(20), || {
-        TcpStream::connect(("127.0.0.1", driver_port)).ok()
+        (TcpStream::connect(("127.0.0.1", driver_port)).is_ok()
+            && TcpStream::connect(("127.0.0.1", native_port)).is_ok())
+        .then_some(())
     });
 
     let http = reqwest::Client::builder()
@@ -426,11 +429,10 @@ fn window_start_chat_stop_quit_and_kill9_restart() {
 
     // The dashboard: the server's web UI in the window, showing the model
     // and the request just served.
-    let frame = session.element("#web");
-    session.post(
-        "/frame",
-        json!({"id": {"element-6066-11e4-a52e-4f413c8f8066": frame}}),
-    );
+    session.element("#web");
+    // The only frame of the page (by index: WebKitWebDriver refuses the
+    // element form here).
+    session.post("/frame", json!({"id": 0}));
     let body = wait_until("the dashboard", Duration::from_secs(30), || {
         let text = session.script("return document.body ? document.body.innerText : '';");
         let text = text.as_str().unwrap_or_default().to_string();

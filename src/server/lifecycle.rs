@@ -71,6 +71,18 @@ impl ServerHandle {
         let model = settings.model.clone();
         let manager = Arc::new(ModelManager::new(settings, Arc::new(api::UiState::new())));
         api::start(&manager, local);
+        let loading = Arc::new(AtomicBool::new(true));
+        let (loader_manager, loader_flag) = (manager.clone(), loading.clone());
+        let loader = tokio::spawn(async move {
+            if let Err(e) = loader_manager.load(model.as_deref()).await {
+                tracing::warn!("{e}");
+            }
+            loader_flag.store(false, Ordering::Relaxed);
+        });
+        // Serve only once the load has begun, so no client sees `stopped`.
+        while loading.load(Ordering::Relaxed) && manager.status().state == "stopped" {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let app = manager::app(manager.clone());
         let server = tokio::spawn(
@@ -80,14 +92,6 @@ impl ServerHandle {
                 })
                 .into_future(),
         );
-        let loading = Arc::new(AtomicBool::new(true));
-        let (loader_manager, loader_flag) = (manager.clone(), loading.clone());
-        let loader = tokio::spawn(async move {
-            if let Err(e) = loader_manager.load(model.as_deref()).await {
-                tracing::warn!("{e}");
-            }
-            loader_flag.store(false, Ordering::Relaxed);
-        });
         tracing::info!(%local, "serving; the model is loading");
         Ok(Self {
             manager,
