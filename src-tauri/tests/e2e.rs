@@ -214,6 +214,10 @@ impl Desktop {
             .env("XDG_DATA_HOME", home.join("data"))
             .env("XDG_CACHE_HOME", home.join("cache"))
             .env("GDK_BACKEND", "x11")
+            // The web UI's Intl calls reject WebKit's language under the C
+            // locale ("invalid language tag: C").
+            .env("LANG", "en_US.UTF-8")
+            .env("LC_ALL", "en_US.UTF-8")
             .env("WEBKIT_DISABLE_COMPOSITING_MODE", "1")
             .env_remove("WAYLAND_DISPLAY");
     }
@@ -432,25 +436,30 @@ fn window_start_chat_stop_quit_and_kill9_restart() {
     session.element("#web");
     // The only frame of the page (by index: WebKitWebDriver refuses the
     // element form here).
+    session.screenshot("2-ready");
     session.post("/frame", json!({"id": 0}));
-    let body = wait_until("the dashboard", Duration::from_secs(30), || {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
         let text = session.script("return document.body ? document.body.innerText : '';");
-        let text = text.as_str().unwrap_or_default().to_string();
-        text.contains("SmolLM2-135M-Instruct.Q4_1.gguf")
-            .then_some(text)
-    });
+        let seen = text.as_str().unwrap_or_default().to_string();
+        if seen.contains("SmolLM2-135M-Instruct") {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "the dashboard shows: {seen:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
     assert!(body.contains("Status"), "{body}");
     session.post("/frame/parent", json!({}));
     let loaded = session.app_status();
     assert_eq!(loaded["state"], "ready", "{loaded}");
     assert_eq!(loaded["url"], format!("http://127.0.0.1:{port}"));
     let rss_loaded = rss_bytes(pid);
-    session.screenshot("2-ready-dashboard");
+    session.screenshot("3-dashboard");
 
     session.click("#open-chat");
     let src = session.script("return document.getElementById('web').getAttribute('src');");
     assert_eq!(src, json!(format!("http://127.0.0.1:{port}/#/chat")));
-    session.screenshot("3-chat");
+    session.screenshot("4-chat");
 
     // Stop: unloads the model, frees its memory and the port.
     session.click("#stop");
@@ -481,7 +490,7 @@ fn window_start_chat_stop_quit_and_kill9_restart() {
         session.script("return document.getElementById('start').disabled;"),
         json!(false)
     );
-    session.screenshot("4-stopped-again");
+    session.screenshot("5-stopped-again");
 
     // Start again, then Quit while serving: the app stops the server and exits.
     session.click("#start");

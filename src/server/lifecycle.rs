@@ -287,6 +287,9 @@ impl ServerStatus {
     }
 }
 
+/// The running server's manager, URL and loading flag.
+type Running = (Arc<ModelManager>, String, Arc<AtomicBool>);
+
 /// At most one server, started and stopped one operation at a time.
 #[derive(Default)]
 pub struct ServerControl {
@@ -298,7 +301,7 @@ pub struct ServerControl {
     error: Mutex<Option<String>>,
     /// The running server's manager, URL and loading flag, for status
     /// without waiting.
-    current: Mutex<Option<(Arc<ModelManager>, String, Arc<AtomicBool>)>>,
+    current: Mutex<Option<Running>>,
 }
 
 impl ServerControl {
