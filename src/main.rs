@@ -236,6 +236,7 @@ fn gemv_bench() -> Result<()> {
 fn generate(args: GenerateArgs) -> Result<()> {
     let path = home::resolve_model(args.model.as_deref())?;
     let load_started = Instant::now();
+    hearth::engine::fit::check(&path)?;
     let loaded = hearth_models::load(&path)?;
     let load_time = load_started.elapsed();
     let engine = Engine::new(

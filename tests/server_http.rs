@@ -760,3 +760,40 @@ async fn concurrent_greedy_requests_match_sequential_ones() {
         assert_eq!(response["usage"]["completion_tokens"], 24);
     }
 }
+
+/// Switching to a model larger than memory is refused up front with 507
+/// and both numbers; the served model keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_a_model_larger_than_memory_keeps_the_served_one() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let models = home.path().join("models");
+    std::fs::create_dir_all(&models).expect("models dir");
+    let model = dummy_qwen3(&models);
+    let huge = models.join("huge");
+    std::fs::create_dir_all(&huge).expect("huge dir");
+    std::fs::copy(model.join("config.json"), huge.join("config.json")).expect("config");
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    let sparse = std::fs::File::create(huge.join("model.safetensors")).expect("weights");
+    sparse
+        .set_len(system.total_memory() * 2)
+        .expect("sparse file");
+    let server = TestServer::start_with_env(&model, &[], &[("HEARTH_HOME", home.path())]);
+
+    let (status, body) = post_json(&server, "/api/models/load", &json!({"model": "huge"})).await;
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "model_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("huge does not fit in memory"), "{message}");
+    assert!(message.contains("GiB is available"), "{message}");
+
+    let (code, reply) = post_json(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["model"], "qwen3-tiny");
+    assert_eq!(reply["usage"]["completion_tokens"], 3);
+}

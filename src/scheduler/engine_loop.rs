@@ -20,6 +20,7 @@ use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
+    trace::{StepStats, StepTrace},
     Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
     SchedulerHandle, Shared, Submission,
 };
@@ -38,6 +39,10 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
     let thread = std::thread::Builder::new()
         .name("hearth-engine".into())
         .spawn(move || {
+            if let Err(e) = crate::engine::fit::check(&path) {
+                let _ = ready_tx.send(Err(anyhow::Error::new(e)));
+                return;
+            }
             let loaded = match hearth_models::load(&path) {
                 Ok(l) => l,
                 Err(e) => {
@@ -70,13 +75,21 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 .kv_memory_budget
                 .unwrap_or_else(|| default_kv_budget(info.weight_bytes));
             let tokenizer = Arc::new(loaded.tokenizer);
-            if ready_tx
-                .send(Ok((info.clone(), tokenizer, kv_budget)))
-                .is_err()
-            {
+            let ready = (info.clone(), tokenizer, kv_budget);
+            let warmup = thread_config.warmup;
+            let mut engine = EngineLoop::new(model, info, thread_config, kv_budget, thread_metrics);
+            if warmup {
+                match engine.warm_up() {
+                    Ok((steps, took)) => tracing::info!(steps, ?took, "warmed up"),
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.context("warming up the model")));
+                        return;
+                    }
+                }
+            }
+            if ready_tx.send(Ok(ready)).is_err() {
                 return;
             }
-            let mut engine = EngineLoop::new(model, info, thread_config, kv_budget, thread_metrics);
             engine.run(command_rx);
         })
         .context("spawning the engine thread")?;
@@ -100,8 +113,8 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
 /// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
 /// self-check, when `HEARTH_CUDA_GEMV=MIN-MAX` (rows) asks for it. Off by
 /// default: `1-8` measured 1.97x at two streams on the H200 but a slower
-/// single stream, and a `2-2` build collapsed at two streams for reasons
-/// not found yet (bench/results/h200-2026-11-29-gemv.md).
+/// single stream (bench/results/h200-2026-11-29-gemv.md); a `2-2` build's
+/// collapse at two streams was kernel compilation mid-run (docs/cuda.md).
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv;
     if crate::device::DeviceInfo::detect().backend != "cuda" {
@@ -203,6 +216,7 @@ struct EngineLoop {
     waiting: VecDeque<Box<Submission>>,
     running: Vec<Sequence>,
     in_flight: Option<InFlight>,
+    trace: Option<StepTrace>,
 }
 
 impl EngineLoop {
@@ -226,6 +240,7 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             in_flight: None,
+            trace: StepTrace::from_env(),
         }
     }
 
@@ -233,6 +248,9 @@ impl EngineLoop {
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
                 self.release_memory();
+                if let Some(trace) = &mut self.trace {
+                    trace.idle();
+                }
                 match commands.recv() {
                     Ok(cmd) => {
                         if !self.handle(cmd) {
@@ -255,11 +273,19 @@ impl EngineLoop {
             self.admit();
             if !self.running.is_empty() {
                 let started = Instant::now();
-                if let Err(e) = self.step() {
-                    tracing::error!(error = %e, "engine step failed");
-                    self.fail_all(&format!("engine error: {e}"));
+                let stats = match self.step() {
+                    Ok(stats) => stats,
+                    Err(e) => {
+                        tracing::error!(error = %e, "engine step failed");
+                        self.fail_all(&format!("engine error: {e}"));
+                        StepStats::default()
+                    }
+                };
+                let ended = Instant::now();
+                self.metrics.record_step(ended - started);
+                if let Some(trace) = &mut self.trace {
+                    trace.record(started, ended, stats);
                 }
-                self.metrics.record_step(started.elapsed());
                 self.publish_kv();
             } else if !self.waiting.is_empty() {
                 // Nothing runs and the head does not fit: wait for commands.
@@ -268,6 +294,66 @@ impl EngineLoop {
         }
         self.cancel_everything();
         self.release_memory();
+    }
+
+    /// Runs synthetic jobs through the real step loop before serving: one
+    /// round with a prompt of two chunks, then rounds of 2..=`max_running`
+    /// concurrent short prompts, 4 tokens each, so every decode batch size
+    /// and both prefill paths have run once. On MLX's CUDA backend each new
+    /// kernel is compiled on first use (seconds); without this the first
+    /// request at each new batch size stalls every stream in the batch
+    /// (bench/results/h200-2026-11-29-s3). The counters of the real metrics
+    /// are not touched; returns the steps run and the time taken.
+    fn warm_up(&mut self) -> anyhow::Result<(usize, Duration)> {
+        let real = std::mem::replace(&mut self.metrics, Arc::new(Metrics::default()));
+        let started = Instant::now();
+        let vocab = self.info.config.vocab_size.clamp(1, 4096);
+        let mut steps = 0;
+        let mut next_id = u64::MAX / 2;
+        let mut result = Ok(());
+        'rounds: for rows in 1..=self.config.max_running.max(1) {
+            let mut receivers = Vec::with_capacity(rows);
+            for j in 0..rows {
+                let len = if rows == 1 {
+                    self.config.prefill_chunk + 5
+                } else {
+                    8 + j
+                };
+                let len = len.min(self.info.context_length.saturating_sub(8)).max(1);
+                let prompt_tokens = (0..len).map(|i| ((i * 7 + j) % vocab) as u32).collect();
+                let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+                receivers.push(rx);
+                self.waiting.push_back(Box::new(Submission {
+                    id: next_id,
+                    job: super::Job {
+                        prompt_tokens,
+                        max_tokens: 4,
+                        sampling: Default::default(),
+                        stop_at_eos: false,
+                    },
+                    events,
+                    cancelled: Default::default(),
+                    submitted: Instant::now(),
+                }));
+                next_id += 1;
+            }
+            while !self.waiting.is_empty() || !self.running.is_empty() {
+                self.admit();
+                if self.running.is_empty() {
+                    break 'rounds; // the KV budget admits no more rows
+                }
+                if let Err(e) = self.step() {
+                    result = Err(e);
+                    break 'rounds;
+                }
+                steps += 1;
+            }
+        }
+        self.in_flight = None;
+        self.cancel_everything();
+        self.release_memory();
+        self.metrics = real;
+        result.map(|()| (steps, started.elapsed()))
     }
 
     /// Returns false on shutdown.
@@ -350,13 +436,14 @@ impl EngineLoop {
     /// Prompt chunks first, so a short prompt that completes here samples its
     /// first token before this step's decode pass (and joins it); the step
     /// takes as long either way.
-    fn step(&mut self) -> anyhow::Result<()> {
+    fn step(&mut self) -> anyhow::Result<StepStats> {
         let decoders = self.running.iter().filter(|s| s.decoding()).count();
         let mut budget = self
             .config
             .step_token_budget
             .saturating_sub(decoders)
             .max(MIN_PREFILL_PER_STEP);
+        let mut prefill_tokens = 0;
         while budget > 0 {
             // Shortest remaining prompt first: short requests get their
             // first token soon even while a long prompt is being read.
@@ -374,8 +461,11 @@ impl EngineLoop {
             let chunk = remaining.min(self.config.prefill_chunk.max(1)).min(budget);
             self.prefill_chunk(i, chunk)?;
             budget -= chunk;
+            prefill_tokens += chunk;
         }
-        self.decode_step()
+        let mut stats = self.decode_step()?;
+        stats.prefill_tokens = prefill_tokens;
+        Ok(stats)
     }
 
     /// One batched decode forward over every decoding sequence.
@@ -387,7 +477,7 @@ impl EngineLoop {
     /// (sending, detokenizing in the server, admitting, building the next
     /// graph) overlaps the device's work. A sequence that ends on a token
     /// read this way has one extra token computed, which is dropped.
-    fn decode_step(&mut self) -> anyhow::Result<()> {
+    fn decode_step(&mut self) -> anyhow::Result<StepStats> {
         let pipelined = self.config.pipeline_decode
             && self.running.iter().all(|s| !s.sampler.depends_on_history());
         if !pipelined {
@@ -397,7 +487,8 @@ impl EngineLoop {
             .filter(|&i| self.running[i].wants_decode())
             .collect();
         if decoding.is_empty() {
-            return self.drain_in_flight();
+            self.drain_in_flight()?;
+            return Ok(StepStats::default());
         }
         let previous = self.in_flight.take();
         let span = self.rows.span();
@@ -472,6 +563,12 @@ impl EngineLoop {
             Sampler::prepare_batch(&mut samplers, &logits)?
         };
         let ids: Vec<u64> = decoding.iter().map(|&i| self.running[i].sub.id).collect();
+        let stats = StepStats {
+            decode_rows: decoding.len(),
+            prefill_tokens: 0,
+            span,
+            pipelined,
+        };
         if pipelined {
             transforms::async_eval(pending.arrays())?;
             if let Some(prev) = previous {
@@ -483,11 +580,11 @@ impl EngineLoop {
                 }
             }
             self.in_flight = Some(InFlight { pending, ids });
-            Ok(())
         } else {
             transforms::eval(pending.arrays())?;
-            self.deliver(InFlight { pending, ids })
+            self.deliver(InFlight { pending, ids })?;
         }
+        Ok(stats)
     }
 
     /// Reads back and sends the tokens of the step in flight, if any.

@@ -16,6 +16,7 @@
 mod batch;
 mod engine_loop;
 pub mod metrics;
+mod trace;
 
 use std::{
     path::PathBuf,
@@ -51,6 +52,11 @@ pub struct SchedulerConfig {
     /// the next step is queued on the sampled tokens before they are read
     /// back (docs/scheduler.md). On by default on a GPU, off on a CPU.
     pub pipeline_decode: bool,
+    /// Run synthetic batches of 1..=`max_running` rows once at load, so the
+    /// backend compiles its kernels then rather than in the middle of the
+    /// first requests (MLX's CUDA backend JIT-compiles each new kernel: a
+    /// second or more each). On by default on a GPU.
+    pub warmup: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -76,6 +82,7 @@ impl Default for SchedulerConfig {
             // both compete for the same cores: pipelining measured worse
             // there (bench/results/serve-2026-11-29-quiet.md).
             pipeline_decode: backend != "cpu",
+            warmup: backend != "cpu",
         }
     }
 }

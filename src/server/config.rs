@@ -57,6 +57,8 @@ pub struct ServerSettings {
     /// Pipelined decode (docs/scheduler.md); off only for comparisons.
     #[serde(alias = "pipeline-decode")]
     pub pipeline_decode: bool,
+    /// Warm-up batches at load (on by default on a GPU; docs/scheduler.md).
+    pub warmup: bool,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -96,6 +98,7 @@ impl Default for ServerSettings {
             prefill_chunk: scheduler.prefill_chunk,
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
+            warmup: scheduler.warmup,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -232,6 +235,7 @@ impl ServerSettings {
             prefill_chunk: self.prefill_chunk,
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
+            warmup: self.warmup,
         }
     }
 

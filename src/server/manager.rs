@@ -92,6 +92,9 @@ pub enum LoadError {
     NotFound(#[from] home::ModelLookupError),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Refused before unloading the served model: it keeps serving.
+    #[error(transparent)]
+    TooLarge(#[from] crate::engine::fit::TooLarge),
     #[error("cannot load the model {model}: {reason:#}")]
     Failed {
         model: String,
@@ -184,6 +187,15 @@ impl ModelManager {
             return Err(LoadError::ShuttingDown);
         }
         let path = home::resolve_model(model)?;
+        let freed = self
+            .current()
+            .map_or(0, |s| s.scheduler.info().weight_bytes as u64);
+        if let Err(e) = crate::engine::fit::check_replacing(&path, freed) {
+            if let Ok(mut last) = self.last_error.lock() {
+                *last = Some(e.to_string());
+            }
+            return Err(e.into());
+        }
         self.unload_locked().await;
         let name = path.file_name().map_or_else(
             || path.display().to_string(),

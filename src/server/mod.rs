@@ -180,6 +180,10 @@ pub async fn serve(
                 path: path.clone(),
                 reason,
             },
+            manager::LoadError::TooLarge(e) => ServeError::Load {
+                path: path.clone(),
+                reason: anyhow::Error::new(e),
+            },
             manager::LoadError::ShuttingDown => ServeError::Load {
                 path: path.clone(),
                 reason: anyhow::anyhow!("the server is shutting down"),
@@ -299,6 +303,9 @@ pub struct ServeArgs {
     /// Decode synchronously instead of pipelined [default: pipelined on a GPU, synchronous on a CPU] (docs/scheduler.md).
     #[arg(long)]
     pub no_pipeline_decode: bool,
+    /// Skip the warm-up batches at load [default: warm up on a GPU, not on a CPU] (docs/scheduler.md).
+    #[arg(long)]
+    pub no_warmup: bool,
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
@@ -359,6 +366,9 @@ impl ServeArgs {
         }
         if self.no_pipeline_decode {
             s.pipeline_decode = false;
+        }
+        if self.no_warmup {
+            s.warmup = false;
         }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);
