@@ -146,7 +146,25 @@ fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
     }
 }
 
+/// A thread's kernel handle (or why it could not be made), freed when the
+/// thread ends.
+struct Kernel(std::result::Result<mlx_sys::mlx_fast_cuda_kernel, &'static str>);
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if let Ok(kernel) = self.0 {
+            // SAFETY: created by `new_kernel`, freed once, here.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel) };
+        }
+    }
+}
+
 thread_local! {
+    static KERNEL: Kernel = Kernel(new_kernel().map_err(|e| {
+        tracing::warn!(error = %e, "cuda gemv: creating the kernel failed");
+        "creating the kernel failed"
+    }));
+
     /// `[N, K]` of each matrix shape seen, kept on the device: one small
     /// array per shape instead of a host-to-device copy per call.
     static DIMS: std::cell::RefCell<std::collections::HashMap<(i32, i32), Array>> =
@@ -171,15 +189,17 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     let fail = |what: &str| ModelError::Mlx(format!("cuda gemv: {what}"));
     let dtype = w.dtype();
     let c = |s: &str| CString::new(s).map_err(|_| fail("bad string"));
-    // A new kernel handle per call; MLX caches the compiled module by name
-    // and template arguments. (The two-stream collapse once blamed on a
-    // cached handle was compilation of new shapes mid-run: see `launch`.)
-    let kernel = new_kernel().map_err(|e| fail(&e))?;
+    // One kernel handle per thread (the engine thread), created on first
+    // use: a handle per call cost host time on every one of the ~250
+    // matmuls of a decode step, which made a single stream 30% slower
+    // (run 2 of bench/results/h200-2026-11-29-s3). MLX caches the compiled
+    // module by name and template arguments.
+    let kernel = KERNEL.with(|k| k.0.map_err(|e| fail(e)))?;
     let t = c("T")?;
     let tr = c("ROWS")?;
     let dims = dims_array(n, k);
     let stream = Stream::thread_local_or_default();
-    // SAFETY: every handle below is created here and freed before
+    // SAFETY: the config and vectors below are created here and freed before
     // returning; the kernel reads `dims` = [N, K], `rows * K` elements of
     // `x` and `N * K` of `w` (row-contiguous, ensured by MLX) and writes
     // each of the `rows * N` outputs exactly once.
@@ -227,7 +247,6 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
         mlx_sys::mlx_vector_array_free(outputs);
         mlx_sys::mlx_vector_array_free(inputs);
         mlx_sys::mlx_fast_cuda_kernel_config_free(config);
-        mlx_sys::mlx_fast_cuda_kernel_free(kernel);
         result.ok_or_else(|| fail("launching the kernel"))
     }
 }

@@ -109,18 +109,20 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
     Ok(SchedulerHandle { commands, shared })
 }
 
-/// On MLX's CUDA backend, decode steps of a few rows use Hearth's
+/// On MLX's CUDA backend, decode steps of 2..=4 rows use Hearth's
 /// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
-/// self-check, when `HEARTH_CUDA_GEMV=MIN-MAX` (rows) asks for it. Off by
-/// default: `1-8` measured 1.97x at two streams on the H200 but a slower
-/// single stream (bench/results/h200-2026-11-29-gemv.md); a `2-2` build's
-/// collapse at two streams was kernel compilation mid-run (docs/cuda.md).
+/// self-check; `HEARTH_CUDA_GEMV=MIN-MAX` (rows) picks another range and
+/// `off` turns it off. The default is what measured best end to end on the
+/// H200 (bench/results/h200-2026-11-29-s3, run 5): with the kernel for
+/// 2..=8 rows an 8B model's 2- and 4-stream speed-ups went from 1.31x /
+/// 2.30x to 1.77x / 3.08x in the same run, while one row (MLX's own GEMV)
+/// and 8 rows (MLX's GEMM) were faster without it.
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv;
     if crate::device::DeviceInfo::detect().backend != "cuda" {
         return;
     }
-    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "off".into());
+    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "2-4".into());
     if setting == "off" {
         cuda_gemv::disable();
         return;
