@@ -82,12 +82,15 @@ async fn real_model_chat_completions_and_errors() {
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], model_id);
     assert_eq!(models["data"][0]["context_length"], 8192);
+    // The device MLX runs on: the CPU backend on our test machines.
+    assert_eq!(models["data"][0]["device"], "cpu (cpu)", "{models}");
     assert_eq!(get_json(&server, "/v1/models/default").await.0, 200);
     let (status, body) = get_json(&server, "/v1/models/gpt-4").await;
     assert_eq!(status, 404);
     assert_openai_error(&body, "invalid_request_error");
     let (status, health) = get_json(&server, "/health").await;
     assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!(health["device"], "cpu (cpu)", "{health}");
 
     // Non-streamed chat: the real model answers.
     let question = chat("What is the capital of France?");
@@ -397,6 +400,7 @@ async fn real_model_chat_completions_and_errors() {
         "hearth_kv_cache_used_bytes",
         "hearth_process_resident_memory_bytes",
         "hearth_http_responses_total{class=\"4xx\"}",
+        "hearth_device_info{kind=\"cpu\",backend=\"cpu\"} 1",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }

@@ -219,6 +219,10 @@ struct EngineLoop {
     running: Vec<Sequence>,
     in_flight: Option<InFlight>,
     trace: Option<StepTrace>,
+    /// Commands from the handles (set while `run` runs).
+    commands: Option<mpsc::Receiver<Command>>,
+    /// A shutdown command arrived in the middle of a step.
+    stop_requested: bool,
 }
 
 impl EngineLoop {
@@ -243,32 +247,30 @@ impl EngineLoop {
             running: Vec::new(),
             in_flight: None,
             trace: StepTrace::from_env(),
+            commands: None,
+            stop_requested: false,
         }
     }
 
     fn run(&mut self, commands: mpsc::Receiver<Command>) {
+        self.commands = Some(commands);
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
                 self.release_memory();
                 if let Some(trace) = &mut self.trace {
                     trace.idle();
                 }
-                match commands.recv() {
-                    Ok(cmd) => {
+                match self.commands.as_ref().map(mpsc::Receiver::recv) {
+                    Some(Ok(cmd)) => {
                         if !self.handle(cmd) {
                             break;
                         }
                     }
-                    Err(_) => break,
+                    _ => break,
                 }
             }
-            let mut stop = false;
-            while let Ok(cmd) = commands.try_recv() {
-                if !self.handle(cmd) {
-                    stop = true;
-                }
-            }
-            if stop {
+            self.take_commands();
+            if self.stop_requested {
                 break;
             }
             self.drop_cancelled();
@@ -289,6 +291,9 @@ impl EngineLoop {
                     trace.record(started, ended, stats);
                 }
                 self.publish_kv();
+                if self.stop_requested {
+                    break;
+                }
             } else if !self.waiting.is_empty() {
                 // Nothing runs and the head does not fit: wait for commands.
                 std::thread::sleep(Duration::from_millis(5));
@@ -365,8 +370,22 @@ impl EngineLoop {
                 self.waiting.push_back(sub);
                 true
             }
-            Command::Shutdown => false,
+            Command::Shutdown => {
+                self.stop_requested = true;
+                false
+            }
         }
+    }
+
+    /// Takes the commands that arrived (without waiting); returns whether a
+    /// job was submitted.
+    fn take_commands(&mut self) -> bool {
+        let mut submitted = false;
+        while let Some(cmd) = self.commands.as_ref().and_then(|c| c.try_recv().ok()) {
+            submitted |= matches!(cmd, Command::Submit(_));
+            self.handle(cmd);
+        }
+        submitted
     }
 
     fn drop_cancelled(&mut self) {
@@ -447,6 +466,11 @@ impl EngineLoop {
             .max(MIN_PREFILL_PER_STEP);
         let mut prefill_tokens = 0;
         while budget > 0 {
+            // A request that arrived during the last chunk is admitted now:
+            // it waits for one chunk of a long prompt, not the whole step.
+            if prefill_tokens > 0 && self.take_commands() {
+                self.admit();
+            }
             // Shortest remaining prompt first: short requests get their
             // first token soon even while a long prompt is being read.
             let Some(i) = self

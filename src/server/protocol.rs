@@ -829,6 +829,8 @@ pub struct ModelCard {
     pub context_length: usize,
     /// Extension: other names this model answers to.
     pub aliases: Vec<String>,
+    /// Extension: where it runs, e.g. `gpu (cuda)`, `gpu (metal)`, `cpu (cpu)`.
+    pub device: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

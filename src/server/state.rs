@@ -175,6 +175,14 @@ impl AppState {
             "The served model's context length in tokens.",
             Some(self.scheduler.info().context_length),
         );
+        let device = &self.scheduler.info().device;
+        let _ = writeln!(
+            out,
+            "# HELP hearth_device_info The device MLX runs on (value 1).\n\
+             # TYPE hearth_device_info gauge\n\
+             hearth_device_info{{kind=\"{}\",backend=\"{}\"}} 1",
+            device.kind, device.backend
+        );
         out
     }
 
