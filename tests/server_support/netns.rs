@@ -3,6 +3,10 @@
 //! over a real non-loopback interface, with multicast (mDNS) working across
 //! the link. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2.
 //!
+//! [`NetNs::create_with_client`] puts the other end in a second namespace
+//! instead: a client there has that link and nothing else (no route out, so
+//! anything that phones home fails at once), as on an offline LAN.
+//!
 //! Each namespace gets its own /24 (10.A.B.0/24: `.1` on this side, `.2`
 //! inside) and is deleted, with its veth pair, on drop.
 
@@ -22,6 +26,8 @@ pub struct NetNs {
     pub inside_ip: Ipv4Addr,
     /// This side's interface name.
     pub outside_if: String,
+    /// The client namespace holding the outside end, if any.
+    pub client: Option<String>,
 }
 
 /// Whether namespaces can be made here: root, with `ip` available.
@@ -59,6 +65,16 @@ fn ip(args: &[&str]) -> Result<(), String> {
 impl NetNs {
     /// Makes the namespace and the link; an error says which step failed.
     pub fn create() -> Result<NetNs, String> {
+        Self::make(false)
+    }
+
+    /// A server namespace and a client namespace joined only by the veth
+    /// link; the client side has `.1`.
+    pub fn create_with_client() -> Result<NetNs, String> {
+        Self::make(true)
+    }
+
+    fn make(with_client: bool) -> Result<NetNs, String> {
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("hearth-test-{pid}-{n}");
@@ -71,12 +87,18 @@ impl NetNs {
         let outside_ip = Ipv4Addr::new(10, a, b, 1);
         let inside_ip = Ipv4Addr::new(10, a, b, 2);
         ip(&["netns", "add", &name])?;
-        let ns = NetNs {
+        let mut ns = NetNs {
             name,
             outside_ip,
             inside_ip,
             outside_if,
+            client: None,
         };
+        if with_client {
+            let client = format!("{}-client", ns.name);
+            ip(&["netns", "add", &client])?;
+            ns.client = Some(client);
+        }
         let outside_cidr = format!("{outside_ip}/24");
         let inside_cidr = format!("{inside_ip}/24");
         ip(&[
@@ -90,8 +112,22 @@ impl NetNs {
             &inside_if,
         ])?;
         ip(&["link", "set", &inside_if, "netns", &ns.name])?;
-        ip(&["addr", "add", &outside_cidr, "dev", &ns.outside_if])?;
-        ip(&["link", "set", &ns.outside_if, "up"])?;
+        // `ip -n NS` for the client namespace, plain `ip` for this one.
+        let outside: Vec<&str> = match &ns.client {
+            Some(client) => {
+                ip(&["link", "set", &ns.outside_if, "netns", client])?;
+                ip(&["-n", client, "link", "set", "lo", "up"])?;
+                vec!["-n", client.as_str()]
+            }
+            None => Vec::new(),
+        };
+        let ip_outside = |args: &[&str]| {
+            let mut all = outside.clone();
+            all.extend_from_slice(args);
+            ip(&all)
+        };
+        ip_outside(&["addr", "add", &outside_cidr, "dev", &ns.outside_if])?;
+        ip_outside(&["link", "set", &ns.outside_if, "up"])?;
         ip(&[
             "-n",
             &ns.name,
@@ -115,12 +151,32 @@ impl NetNs {
             self.name.clone(),
         ]
     }
+
+    /// A command that runs `program` in the client namespace (this one
+    /// without a client namespace).
+    pub fn client_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        match &self.client {
+            Some(client) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", client]).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
 }
 
 impl Drop for NetNs {
     fn drop(&mut self) {
         // Deleting the namespace deletes the veth pair with it.
         let _ = ip(&["netns", "del", &self.name]);
-        let _ = ip(&["link", "del", &self.outside_if]);
+        match &self.client {
+            Some(client) => {
+                let _ = ip(&["netns", "del", client]);
+            }
+            None => {
+                let _ = ip(&["link", "del", &self.outside_if]);
+            }
+        }
     }
 }
