@@ -109,6 +109,22 @@ async fn lan_server_is_found_by_mdns_and_withdrawn_on_shutdown() {
         .await
         .expect("JSON");
     assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+    // The web UI's "Connect an agent" card gets the LAN base URLs.
+    let status: serde_json::Value = client()
+        .get(format!("http://{}:{port}/api/status", ns.inside_ip))
+        .bearer_auth("lan-key")
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("JSON");
+    let lan = status["lan_endpoints"].as_array().expect("lan_endpoints");
+    assert!(
+        lan[0].as_str().is_some_and(|u| u.ends_with(&format!(".local:{port}/v1"))),
+        "{lan:?}"
+    );
+    assert!(lan.contains(&serde_json::json!(base)), "{lan:?} lacks {base}");
 
     // Shutdown says goodbye: the browser drops the instance at once.
     let fullname = api.get_fullname().to_string();

@@ -24,7 +24,10 @@
 //! async runtime. Failing to advertise (no multicast interface, port 5353
 //! unavailable) is logged and never stops the server.
 
-use std::{net::IpAddr, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
 
 use mdns_sd::{IfKind, ServiceDaemon, ServiceInfo};
 
@@ -132,6 +135,37 @@ pub fn txt_records(model: &str, path: &str) -> Vec<(&'static str, String)> {
         ("model", model),
         ("auth", "required".to_string()),
     ]
+}
+
+/// The base URLs (`http://ADDR:PORT/v1`) other machines can use in LAN mode:
+/// `HOSTNAME.local` when advertised with mDNS, then the bound address, or
+/// every non-loopback, non-link-local address of this machine for a
+/// wildcard bind. Empty on loopback.
+pub fn lan_base_urls(settings: &super::ServerSettings, local: SocketAddr) -> Vec<String> {
+    if settings.is_loopback() {
+        return Vec::new();
+    }
+    let port = local.port();
+    let mut urls = Vec::new();
+    if settings.mdns {
+        urls.push(format!("http://{}.local:{port}/v1", local_host_name()));
+    }
+    let ips: Vec<IpAddr> = if local.ip().is_unspecified() {
+        if_addrs::get_if_addrs()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|i| !i.is_loopback() && !i.is_link_local())
+            .map(|i| i.ip())
+            .filter(|ip| local.is_ipv6() || ip.is_ipv4())
+            .collect()
+    } else {
+        vec![local.ip()]
+    };
+    for ip in ips {
+        urls.push(format!("http://{}/v1", SocketAddr::new(ip, port)));
+    }
+    urls.dedup();
+    urls
 }
 
 /// This machine's name as a DNS label (`mac` of `mac.local`): the system
