@@ -121,10 +121,15 @@ async fn lan_server_is_found_by_mdns_and_withdrawn_on_shutdown() {
         .expect("JSON");
     let lan = status["lan_endpoints"].as_array().expect("lan_endpoints");
     assert!(
-        lan[0].as_str().is_some_and(|u| u.ends_with(&format!(".local:{port}/v1"))),
+        lan[0]
+            .as_str()
+            .is_some_and(|u| u.ends_with(&format!(".local:{port}/v1"))),
         "{lan:?}"
     );
-    assert!(lan.contains(&serde_json::json!(base)), "{lan:?} lacks {base}");
+    assert!(
+        lan.contains(&serde_json::json!(base)),
+        "{lan:?} lacks {base}"
+    );
 
     // Shutdown says goodbye: the browser drops the instance at once.
     let fullname = api.get_fullname().to_string();

@@ -154,6 +154,8 @@ impl<'t> ChoiceDecoder<'t> {
     /// anonymized.
     pub fn take_calls(&mut self) -> Vec<ToolCall> {
         let mut calls = std::mem::take(&mut self.new_calls);
+        // A whole response takes calls, not pieces.
+        self.new_pieces.clear();
         self.calls_taken += calls.len();
         if let Some(restorer) = &mut self.restorer {
             for call in &mut calls {

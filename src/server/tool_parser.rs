@@ -555,8 +555,10 @@ fn json_call_header(text: &str) -> Header {
     if !rest.starts_with('"') {
         return Header::NoMatch;
     }
-    let mut scan = JsonScan::default();
-    scan.in_string = true;
+    let mut scan = JsonScan {
+        in_string: true,
+        ..JsonScan::default()
+    };
     let mut name_end = None;
     for (i, c) in rest.char_indices().skip(1) {
         scan.step(c);
