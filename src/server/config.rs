@@ -82,6 +82,9 @@ pub struct ServerSettings {
     /// Most requests one key may start per minute (0 = no limit).
     #[serde(alias = "key-requests-per-minute")]
     pub key_requests_per_minute: u32,
+    /// Advertise the server on the LAN with mDNS/DNS-SD when bound to a
+    /// non-loopback address (src/server/discovery.rs).
+    pub mdns: bool,
 }
 
 impl Default for ServerSettings {
@@ -106,6 +109,7 @@ impl Default for ServerSettings {
             api_keys: Vec::new(),
             key_max_concurrent: 0,
             key_requests_per_minute: 0,
+            mdns: true,
         }
     }
 }

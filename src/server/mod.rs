@@ -34,6 +34,7 @@ pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod config;
+pub mod discovery;
 pub mod error;
 pub mod extract;
 pub mod generation;
@@ -211,6 +212,7 @@ pub async fn serve(
         );
         let _ = out.flush();
     }
+    let advertiser = advertise(&settings, local, &state.model_id);
 
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(stopped(stop_rx.clone()))
@@ -231,10 +233,37 @@ pub async fn serve(
     }
     // The listener is closed here; stop the engine (cancelling anything
     // still running) and free the model.
+    if let Some(advertiser) = advertiser {
+        advertiser.stop();
+    }
     drop(state);
     manager.stop_now().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// LAN mode (a non-loopback address) with `mdns` on: announces the server
+/// with mDNS/DNS-SD. A failure is logged, never fatal.
+fn advertise(
+    settings: &ServerSettings,
+    local: SocketAddr,
+    model: &str,
+) -> Option<discovery::Advertiser> {
+    if settings.is_loopback() || !settings.mdns {
+        return None;
+    }
+    let ad = discovery::Advertisement {
+        ip: local.ip(),
+        port: local.port(),
+        model: model.to_string(),
+    };
+    match discovery::Advertiser::start(&ad) {
+        Ok(advertiser) => Some(advertiser),
+        Err(e) => {
+            tracing::warn!(error = %e, "not advertised on the LAN");
+            None
+        }
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM; a second one exits at once.
@@ -331,6 +360,9 @@ pub struct ServeArgs {
     /// Most requests per minute per API key; more get 429 [default: no limit].
     #[arg(long)]
     pub key_requests_per_minute: Option<u32>,
+    /// Do not advertise the server with mDNS/DNS-SD in LAN mode (non-loopback --host).
+    #[arg(long)]
+    pub no_mdns: bool,
 }
 
 impl ServeArgs {
@@ -393,6 +425,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.key_requests_per_minute {
             s.key_requests_per_minute = v;
+        }
+        if self.no_mdns {
+            s.mdns = false;
         }
         s.validate()?;
         Ok(s)

@@ -730,6 +730,10 @@ pub struct ChatChoice {
     pub message: ChatMessageOut,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
+    /// The stop string that ended the choice (vLLM's extension; absent
+    /// otherwise). The Anthropic API reports it as `stop_sequence`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -761,6 +765,9 @@ pub struct ChatChunkChoice {
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// As [`ChatChoice::stop_reason`], on the finish chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 /// One SSE chunk of a streamed chat completion.

@@ -66,6 +66,21 @@ await step("status", async () => {
   assert.equal(await text("copy-endpoint"), "Copied");
 });
 
+await step("connect-agent", async () => {
+  // Loopback: the base URL is the page's own, with ready snippets per agent.
+  await page.goto(base + "/");
+  await page.getByTestId("connect-agent").waitFor();
+  assert.equal(await text("agent-base-url"), `${base}/v1`);
+  await page.getByTestId("agent-tab-aider").click();
+  assert.match(await text("agent-snippet"), new RegExp(`--openai-api-base ${base}/v1 `));
+  await page.getByTestId("agent-tab-claude").click();
+  assert.match(await text("agent-snippet"), new RegExp(`ANTHROPIC_BASE_URL=${base} `));
+  await page.getByTestId("agent-tab-opencode").click();
+  assert.equal(JSON.parse(await text("agent-snippet")).provider.hearth.options.baseURL, `${base}/v1`);
+  await page.getByTestId("copy-agent-snippet").click();
+  assert.equal(JSON.parse(await page.evaluate(() => navigator.clipboard.readText())).model, "hearth/default");
+});
+
 await step("status-live", async () => {
   // A streaming request in flight shows up as running, with tok/s.
   const controller = new AbortController();

@@ -28,6 +28,8 @@ export interface Status {
   model: ModelSummary | null;
   manager: ManagerStatus;
   endpoint: string;
+  /** LAN mode: base URLs other machines can use (empty on loopback). */
+  lan_endpoints?: string[];
   running: number;
   queued: number;
   max_running: number;

@@ -50,6 +50,8 @@ pub struct StatusBody {
     pub manager: ManagerStatus,
     /// OpenAI base URL as the browser reached this server.
     pub endpoint: String,
+    /// LAN mode: base URLs other machines can use (src/server/discovery.rs); empty on loopback.
+    pub lan_endpoints: Vec<String>,
     pub running: usize,
     pub queued: usize,
     pub max_running: usize,
@@ -87,6 +89,10 @@ pub async fn status(
         model: current.as_deref().map(model_summary),
         manager: manager_status,
         endpoint: format!("http://{host}/v1"),
+        lan_endpoints: ui
+            .local_addr()
+            .map(|local| crate::server::discovery::lan_base_urls(settings, local))
+            .unwrap_or_default(),
         running: scheduler.as_ref().map_or(0, |s| s.running),
         queued: scheduler.as_ref().map_or(0, |s| s.queued),
         max_running: settings.max_running,

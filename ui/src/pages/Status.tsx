@@ -4,6 +4,7 @@ import { useState } from "preact/hooks";
 import { api } from "../api";
 import { bytes, count, duration, int, num } from "../format";
 import { usePoll } from "../poll";
+import { ConnectAgentCard } from "./ConnectAgent";
 
 export function StatusPage() {
   const { data: status, error } = usePoll(api.status, 1000);
@@ -92,6 +93,7 @@ export function StatusPage() {
           )}
         </div>
       </div>
+      {m && <ConnectAgentCard status={status} />}
     </section>
   );
 }
