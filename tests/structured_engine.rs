@@ -144,3 +144,85 @@ fn constrained_rows_in_a_pipelined_batch() {
     }
     scheduler.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn masks_follow_the_schema_token_by_token() {
+    let loaded = hearth_models::load(&fixture("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let eos = loaded.eos_token_ids();
+    let vocab = loaded.model.config.vocab_size;
+    let tokenizer = std::sync::Arc::new(loaded.tokenizer);
+    let started = std::time::Instant::now();
+    let compiler = GrammarCompiler::new(tokenizer.clone(), vocab, &eos).unwrap();
+    println!("vocabulary indexed in {:?}", started.elapsed());
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "object", "properties": {
+                "name": {"type": "string", "maxLength": 16},
+                "population": {"type": "integer", "minimum": 0}},
+                "required": ["name", "population"], "additionalProperties": false},
+            "tags": {"type": "array", "items": {"enum": ["big", "old", "river"]}}
+        },
+        "required": ["city", "tags"],
+        "additionalProperties": false
+    });
+    let started = std::time::Instant::now();
+    let grammar = compiler.compile(&OutputFormat::JsonSchema(schema)).unwrap();
+    println!("schema compiled in {:?}", started.elapsed());
+    let text = r#"{"city":{"name":"Paris","population":2100000},"tags":["big","old","river"]}"#;
+    let tokens = tokenizer.encode(text, false).unwrap();
+
+    let mut allowed = vec![false; vocab];
+    // The cost of a mask: the fastest of several walks over the reply (the
+    // test machine is shared; the fastest walk is the least disturbed).
+    let mut fastest = std::time::Duration::MAX;
+    let mut first = None;
+    for _ in 0..10 {
+        let mut constraint = grammar.start();
+        let started = std::time::Instant::now();
+        for &token in &tokens {
+            constraint.fill_allowed(&mut allowed);
+            constraint.advance(token);
+        }
+        fastest = fastest.min(started.elapsed());
+        first.get_or_insert(started.elapsed());
+    }
+
+    let mut constraint = grammar.start();
+    for (i, &token) in tokens.iter().enumerate() {
+        constraint.fill_allowed(&mut allowed);
+        assert!(
+            allowed[token as usize],
+            "token {i} ({token}) of a valid reply banned"
+        );
+        assert!(
+            !eos.iter().any(|&e| allowed[e as usize]),
+            "EOS allowed before the value is complete (token {i})"
+        );
+        if i == 1 {
+            // After `{"`, only property names of the schema may start.
+            let banned = tokenizer.encode("zzz", false).unwrap()[0];
+            assert!(
+                !allowed[banned as usize],
+                "a key outside the schema is allowed"
+            );
+        }
+        constraint.advance(token);
+    }
+    constraint.fill_allowed(&mut allowed);
+    let open: Vec<usize> = (0..vocab).filter(|&t| allowed[t]).collect();
+    assert!(
+        !open.is_empty() && open.iter().all(|&t| eos.contains(&(t as u32))),
+        "after a complete value only EOS may follow, got {open:?}"
+    );
+    assert!(constraint.is_complete());
+    let per_token_us = fastest.as_secs_f64() * 1e6 / tokens.len() as f64;
+    let cold_us = first.unwrap_or_default().as_secs_f64() * 1e6 / tokens.len() as f64;
+    println!(
+        "mask + advance: {} tokens, {per_token_us:.0} µs per token warm, {cold_us:.0} µs on the \
+         first walk (vocabulary {vocab})",
+        tokens.len()
+    );
+    // A generous bound: a mask costs well under a millisecond here.
+    assert!(per_token_us < 20_000.0, "{per_token_us} µs per mask");
+}

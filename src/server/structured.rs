@@ -125,13 +125,20 @@ fn compiler(state: &AppState) -> Result<Arc<GrammarCompiler>, String> {
         .get_or_init(|| {
             let scheduler = &state.scheduler;
             let info = scheduler.info();
-            GrammarCompiler::new(
+            let started = std::time::Instant::now();
+            let compiler = GrammarCompiler::new(
                 scheduler.tokenizer().clone(),
                 info.config.vocab_size,
                 &info.eos_token_ids,
             )
             .map(Arc::new)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+            tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                ok = compiler.is_ok(),
+                "structured output: vocabulary indexed"
+            );
+            compiler
         })
         .clone()
 }
