@@ -38,6 +38,7 @@ use super::{
     },
     reasoning::{prompt_opens_reasoning, ReasoningSplitter},
     state::AppState,
+    structured,
     tool_parser::{CallPiece, ToolCall},
     tools::{self, ToolCallDelta, ToolCallOut, ToolSetup},
 };
@@ -131,6 +132,12 @@ async fn chat_prompt_with(
 ) -> Result<(ChatPrompt, Option<RequestPrivacy>), ApiError> {
     let mut messages = request.template_messages()?;
     let mut template_options = request.template_options();
+    if structured::parse_response_format(request.response_format.as_ref(), "response_format")?
+        .is_some()
+    {
+        // The grammar starts at the reply's first token: no think block.
+        template_options.enable_thinking = Some(false);
+    }
     let tool_choice = tools::parse_tool_choice(request.tool_choice.as_ref(), "tool_choice")?;
     let tokenizer = state.scheduler.tokenizer().clone();
     let template_source = tokenizer
@@ -223,6 +230,8 @@ pub async fn start_chat(
     let (model, _) = privacy::split_model(request.model.as_deref());
     state.resolve_model(model)?;
     request.check_unsupported()?;
+    let output_format =
+        structured::parse_response_format(request.response_format.as_ref(), "response_format")?;
     let vocab_size = state.scheduler.info().config.vocab_size;
     let mut options = request
         .raw_options()?
@@ -237,6 +246,18 @@ pub async fn start_chat(
         .as_ref()
         .map(|tags| prompt_opens_reasoning(&prompt.text, tags));
 
+    if output_format.is_some()
+        && prompt
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.forced_prefix.is_some())
+    {
+        return Err(ApiError::invalid_param(
+            "response_format",
+            "`response_format` cannot be combined with a forced `tool_choice`.",
+        ));
+    }
+    structured::constrain(&state, output_format, &mut options).await?;
     let handles = submit_choices(&state, &prompt.tokens, &options, 0, "messages")?;
     let job = ChatJob {
         prompt_len: prompt.tokens.len(),

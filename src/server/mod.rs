@@ -45,6 +45,7 @@ pub mod privacy;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
+pub mod structured;
 pub mod tool_parser;
 pub mod tools;
 pub mod ui;

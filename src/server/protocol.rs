@@ -120,6 +120,9 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub prompt: PromptField,
+    /// Structured output, as on chat (see [`super::structured`]).
+    #[serde(default)]
+    pub response_format: Option<Value>,
     #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
@@ -426,17 +429,10 @@ impl ChatCompletionRequest {
         })
     }
 
-    /// Rejects features this server does not offer rather than ignoring them.
+    /// Rejects features this server does not offer rather than ignoring
+    /// them (`response_format` is read by [`super::structured`]).
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if let Some(format) = &self.response_format {
-            let kind = format.get("type").and_then(Value::as_str);
-            if !matches!(kind, Some("text") | None) || !format.is_object() {
-                return Err(ApiError::invalid_param(
-                    "response_format",
-                    "Only `response_format` {\"type\": \"text\"} is supported.",
-                ));
-            }
-        }
+        super::structured::parse_response_format(self.response_format.as_ref(), "response_format")?;
         Ok(())
     }
 
