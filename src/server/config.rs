@@ -57,6 +57,10 @@ pub struct ServerSettings {
     /// Pipelined decode (docs/scheduler.md); off only for comparisons.
     #[serde(alias = "pipeline-decode")]
     pub pipeline_decode: bool,
+    /// Prefix cache size in MiB, inside the KV budget; `None` = a quarter of
+    /// the KV budget, 0 = off (docs/prefix-cache.md).
+    #[serde(alias = "prefix-cache-mb")]
+    pub prefix_cache_mb: Option<usize>,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -96,6 +100,7 @@ impl Default for ServerSettings {
             prefill_chunk: scheduler.prefill_chunk,
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
+            prefix_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -232,6 +237,7 @@ impl ServerSettings {
             prefill_chunk: self.prefill_chunk,
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
+            prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
 
