@@ -22,6 +22,11 @@
 //! `BatchKv`). A batched decode step updates only the rows the
 //! [`DecodeStep`] marks active (passenger rows keep their state); a prefill
 //! chunk at position 0 starts from zeros, so a reused row needs no reset.
+//!
+//! The prefix cache (docs/prefix-cache.md) copies a finished row's first
+//! positions and state out ([`BatchKv::copy_row_kv`],
+//! [`BatchKv::copy_row_state`]) and writes them into a new sequence's row
+//! ([`BatchKv::load_row`]), whose prefill then starts after them.
 
 use mlx_rs::{
     ops::{

@@ -226,7 +226,10 @@ impl EngineLoop {
         metrics: Arc<Metrics>,
     ) -> Self {
         let kv = (0..model.num_layers()).map(|_| BatchKv::new()).collect();
-        let prefix = PrefixCache::new(config.prefix_cache_budget(kv_budget));
+        let prefix = PrefixCache::new(
+            config.prefix_cache_budget(kv_budget),
+            prefix_cache::MIN_REUSE_TOKENS,
+        );
         let engine = EngineLoop {
             model,
             info,

@@ -21,6 +21,10 @@ use mlx_rs::{transforms, Array};
 /// end (a snapshot of a real Qwen3.5 is tens of MB, so not at every chunk).
 pub const SNAPSHOT_EVERY_CHUNKS: usize = 4;
 
+/// Shortest reuse worth a hit: chat prompts all share a few template tokens
+/// (`<|im_start|>system\n`), which would otherwise count as hits.
+pub const MIN_REUSE_TOKENS: usize = 16;
+
 /// Recurrent states of every layer at one position (`None` for attention
 /// layers).
 #[derive(Debug, Clone)]
@@ -130,6 +134,7 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct PrefixCache {
     budget: usize,
+    min_tokens: usize,
     entries: Vec<Entry>,
     bytes: usize,
     clock: u64,
@@ -137,10 +142,12 @@ pub struct PrefixCache {
 }
 
 impl PrefixCache {
-    /// A cache holding at most `budget` bytes (0 disables it).
-    pub fn new(budget: usize) -> Self {
+    /// A cache holding at most `budget` bytes (0 disables it) that reuses
+    /// prefixes of at least `min_tokens` tokens.
+    pub fn new(budget: usize, min_tokens: usize) -> Self {
         PrefixCache {
             budget,
+            min_tokens: min_tokens.max(1),
             entries: Vec::new(),
             bytes: 0,
             clock: 0,
@@ -181,7 +188,7 @@ impl PrefixCache {
             .iter()
             .enumerate()
             .map(|(i, e)| (e.usable(prompt), i))
-            .filter(|&(n, _)| n > 0)
+            .filter(|&(n, _)| n >= self.min_tokens)
             .max_by_key(|&(n, i)| (n, self.entries[i].last_used));
         let Some((tokens, i)) = best else {
             self.stats.misses += 1;
@@ -372,7 +379,7 @@ mod tests {
 
     #[test]
     fn longest_exact_prefix_and_always_one_token_left() {
-        let mut c = PrefixCache::new(1 << 20);
+        let mut c = PrefixCache::new(1 << 20, 1);
         c.insert(dense(&[1, 2, 3, 4, 5]));
         c.insert(dense(&[1, 2, 9]));
         assert_eq!(c.lookup(&[1, 2, 3, 4, 5, 6, 7]).unwrap().tokens, 5);
@@ -395,7 +402,7 @@ mod tests {
 
     #[test]
     fn recurrent_reuse_stops_at_a_snapshot() {
-        let mut c = PrefixCache::new(1 << 20);
+        let mut c = PrefixCache::new(1 << 20, 1);
         c.insert(hybrid(&[1, 2, 3, 4, 5, 6, 7, 8], &[4, 8]));
         assert_eq!(c.lookup(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap().tokens, 8);
         // Diverges at 6: the longest snapshot at or below is 4.
@@ -412,7 +419,7 @@ mod tests {
 
     #[test]
     fn extending_entries_replace_their_prefixes_and_keep_snapshots() {
-        let mut c = PrefixCache::new(1 << 20);
+        let mut c = PrefixCache::new(1 << 20, 1);
         c.insert(hybrid(&[1, 2, 3, 4], &[2, 4]));
         c.insert(hybrid(&[1, 2, 3, 4, 5, 6], &[6]));
         assert_eq!(c.entry_count(), 1);
@@ -427,9 +434,18 @@ mod tests {
     }
 
     #[test]
+    fn short_matches_are_misses() {
+        let mut c = PrefixCache::new(1 << 20, 3);
+        c.insert(dense(&[1, 2, 3, 4]));
+        assert!(c.lookup(&[1, 2, 0]).is_none());
+        assert_eq!(c.lookup(&[1, 2, 3, 0]).unwrap().tokens, 3);
+        assert_eq!((c.stats.hits, c.stats.misses), (1, 1));
+    }
+
+    #[test]
     fn least_recently_used_entries_go_first() {
         // Each 4-token dense entry holds 32 bytes.
-        let mut c = PrefixCache::new(64);
+        let mut c = PrefixCache::new(64, 1);
         c.insert(dense(&[1, 1, 1, 1]));
         c.insert(dense(&[2, 2, 2, 2]));
         assert!(c.lookup(&[1, 1, 1, 1, 0]).is_some()); // 1 is now newer than 2
@@ -445,7 +461,7 @@ mod tests {
         assert_eq!(c.entry_count(), 2);
         c.shrink_to(0);
         assert_eq!((c.entry_count(), c.bytes()), (0, 0));
-        let mut off = PrefixCache::new(0);
+        let mut off = PrefixCache::new(0, 1);
         off.insert(dense(&[1, 2]));
         assert!(off.lookup(&[1, 2, 3]).is_none());
         assert_eq!(off.stats, Stats::default(), "disabled: nothing counted");
