@@ -20,6 +20,7 @@ use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
+    prefix_cache::{self, PrefixCache, Snapshot},
     trace::{StepStats, StepTrace},
     Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
     SchedulerHandle, Shared, Submission,
@@ -163,6 +164,16 @@ struct Sequence {
     prompt_len: usize,
     /// Prompt tokens already in the cache.
     prefilled: usize,
+    /// Prompt tokens taken from the prefix cache.
+    cached: usize,
+    /// Positions whose KV (and recurrent state) the row's buffers hold,
+    /// counting a token fed by a decode step still on the device.
+    fed: usize,
+    /// Tokens sampled so far, in order (a finished sequence's prompt and
+    /// output become a prefix-cache entry).
+    output: Vec<u32>,
+    /// Recurrent-state snapshots taken while prefilling (Qwen3.5).
+    snapshots: Vec<Snapshot>,
     /// Tokens sampled so far.
     generated: usize,
     /// Most tokens to sample (request's max, clamped to the context).
@@ -218,6 +229,7 @@ struct EngineLoop {
     waiting: VecDeque<Box<Submission>>,
     running: Vec<Sequence>,
     in_flight: Option<InFlight>,
+    prefix: PrefixCache,
     trace: Option<StepTrace>,
     /// Commands from the handles (set while `run` runs).
     commands: Option<mpsc::Receiver<Command>>,
@@ -234,7 +246,11 @@ impl EngineLoop {
         metrics: Arc<Metrics>,
     ) -> Self {
         let kv = (0..model.num_layers()).map(|_| BatchKv::new()).collect();
-        EngineLoop {
+        let prefix = PrefixCache::new(
+            config.prefix_cache_budget(kv_budget),
+            prefix_cache::MIN_REUSE_TOKENS,
+        );
+        let engine = EngineLoop {
             model,
             info,
             config,
@@ -246,10 +262,13 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             in_flight: None,
+            prefix,
             trace: StepTrace::from_env(),
             commands: None,
             stop_requested: false,
-        }
+        };
+        engine.publish_prefix();
+        engine
     }
 
     fn run(&mut self, commands: mpsc::Receiver<Command>) {
@@ -358,8 +377,15 @@ impl EngineLoop {
         }
         self.in_flight = None;
         self.cancel_everything();
+        // What the synthetic jobs left in the prefix cache goes (its copy
+        // kernels have run once, which is the point).
+        self.prefix = PrefixCache::new(
+            self.config.prefix_cache_budget(self.kv_budget),
+            prefix_cache::MIN_REUSE_TOKENS,
+        );
         self.release_memory();
         self.metrics = real;
+        self.publish_prefix();
         result.map(|()| (steps, started.elapsed()))
     }
 
@@ -432,15 +458,34 @@ impl EngineLoop {
             let Some(sub) = self.waiting.pop_front() else {
                 break;
             };
+            // Look up before evicting for room (the hit holds its arrays);
+            // cached prefixes give way to running sequences.
+            let hit = self.prefix.lookup(&sub.job.prompt_tokens);
+            self.prefix.shrink_to(self.kv_budget.saturating_sub(bytes));
+            self.publish_prefix();
             let row = self.rows.acquire();
             self.shape = target;
+            let cached = match hit {
+                Some(hit) => match prefix_cache::load(&mut self.kv, self.shape, row, &hit) {
+                    Ok(()) => hit.tokens,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "prefix cache load failed; prefilling all");
+                        0
+                    }
+                },
+                None => 0,
+            };
             self.metrics.record_admitted(prompt_len);
             let now = Instant::now();
             let sampler = Sampler::new(sub.job.sampling.clone(), &sub.job.prompt_tokens);
             self.running.push(Sequence {
                 row,
                 prompt_len,
-                prefilled: 0,
+                prefilled: cached,
+                cached,
+                fed: cached,
+                output: Vec::new(),
+                snapshots: Vec::new(),
                 generated: 0,
                 max_tokens,
                 sampler,
@@ -526,12 +571,13 @@ impl EngineLoop {
         // Rows that decode this step; the others (free, mid-prefill, or
         // waiting for their last in-flight token) keep their recurrent state.
         let mut active = vec![false; span];
-        for (i, s) in self.running.iter().enumerate() {
+        for (i, s) in self.running.iter_mut().enumerate() {
             positions[s.row] = s.next_position();
             if !decoding.contains(&i) {
                 continue;
             }
             active[s.row] = true;
+            s.fed = positions[s.row] + 1;
             match previous.as_ref().filter(|_| s.in_flight) {
                 Some(prev) => {
                     let k = prev.ids.iter().position(|&id| id == s.sub.id);
@@ -662,6 +708,8 @@ impl EngineLoop {
         let logits = self.model.forward(&ids, &mut views, true)?;
         drop(views);
         self.running[i].prefilled += chunk;
+        self.running[i].fed = start + chunk;
+        self.prefix_snapshot(i, start)?;
         if last {
             let logits = logits.reshape(&[1, -1])?;
             let sampled = self.running[i].sampler.sample(&logits)?;
@@ -679,6 +727,7 @@ impl EngineLoop {
         let seq = &mut self.running[i];
         seq.generated += 1;
         seq.last_token = sampled.token;
+        seq.output.push(sampled.token);
         if seq.first_token_at.is_none() {
             seq.first_token_at = Some(now);
             self.metrics
@@ -708,14 +757,17 @@ impl EngineLoop {
     }
 
     fn finish(&mut self, i: usize, reason: FinishReason) {
-        let seq = self.running.swap_remove(i);
+        let mut seq = self.running.swap_remove(i);
+        if reason != FinishReason::Cancelled {
+            self.donate(&mut seq);
+        }
         self.rows.release(seq.row);
         let now = Instant::now();
         let summary = JobSummary {
             reason,
             prompt_tokens: seq.prompt_len,
             completion_tokens: seq.generated,
-            cached_prompt_tokens: 0,
+            cached_prompt_tokens: seq.cached,
             time_to_first_token: seq
                 .first_token_at
                 .map(|t| t - seq.sub.submitted)
@@ -762,6 +814,59 @@ impl EngineLoop {
             let _ = mlx_rs::memory::clear_cache();
         }
         self.publish_kv();
+    }
+
+    /// Prefix cache: after a prompt chunk of sequence `i` that started at
+    /// `start`, keeps a copy of its recurrent state when one is due.
+    fn prefix_snapshot(&mut self, i: usize, start: usize) -> anyhow::Result<()> {
+        let seq = &self.running[i];
+        if !self.prefix.enabled()
+            || self.info.state_bytes_per_sequence == 0
+            || !prefix_cache::snapshot_due(
+                start,
+                seq.fed,
+                seq.prompt_len,
+                self.config.prefill_chunk,
+            )
+        {
+            return Ok(());
+        }
+        if let Some(snap) = prefix_cache::snapshot(&self.kv, seq.row, seq.fed)? {
+            self.running[i].snapshots.push(snap);
+        }
+        Ok(())
+    }
+
+    /// Prefix cache: a finished sequence leaves its row's KV (prompt and
+    /// output, as far as fed) and recurrent snapshots behind.
+    fn donate(&mut self, seq: &mut Sequence) {
+        if !self.prefix.enabled() || seq.fed == 0 {
+            return;
+        }
+        let tokens: Vec<u32> = seq
+            .sub
+            .job
+            .prompt_tokens
+            .iter()
+            .chain(&seq.output)
+            .take(seq.fed)
+            .copied()
+            .collect();
+        let snapshots = std::mem::take(&mut seq.snapshots);
+        match prefix_cache::capture(&self.kv, seq.row, tokens, snapshots) {
+            Ok(entry) => self.prefix.insert(entry),
+            Err(e) => tracing::warn!(error = %e, "prefix cache capture failed"),
+        }
+        self.publish_prefix();
+    }
+
+    fn publish_prefix(&self) {
+        self.metrics.set_prefix(
+            self.prefix.stats,
+            self.prefix.bytes(),
+            self.prefix.entry_count(),
+            self.prefix.budget(),
+        );
     }
 
     fn publish_kv(&self) {

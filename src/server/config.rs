@@ -59,6 +59,10 @@ pub struct ServerSettings {
     pub pipeline_decode: bool,
     /// Warm-up batches at load (on by default on a GPU; docs/scheduler.md).
     pub warmup: bool,
+    /// Prefix cache size in MiB, inside the KV budget; `None` = a quarter of
+    /// the KV budget, 0 = off (docs/prefix-cache.md).
+    #[serde(alias = "prefix-cache-mb")]
+    pub prefix_cache_mb: Option<usize>,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -102,6 +106,7 @@ impl Default for ServerSettings {
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
             warmup: scheduler.warmup,
+            prefix_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -240,6 +245,7 @@ impl ServerSettings {
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
             warmup: self.warmup,
+            prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
 

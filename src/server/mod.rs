@@ -339,6 +339,9 @@ pub struct ServeArgs {
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
+    /// Prefix cache size in MiB, inside the KV budget; 0 turns it off [default: a quarter of the KV budget].
+    #[arg(long)]
+    pub prefix_cache_mb: Option<usize>,
     /// Largest request body in bytes; larger ones get 413 [default: 16 MiB].
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
@@ -405,6 +408,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);
+        }
+        if let Some(v) = self.prefix_cache_mb {
+            s.prefix_cache_mb = Some(v);
         }
         if let Some(v) = self.max_body_bytes {
             s.max_body_bytes = v;

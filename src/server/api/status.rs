@@ -62,6 +62,9 @@ pub struct StatusBody {
     /// Generated tokens per second over the sampler's last interval.
     pub tokens_per_second: f64,
     pub uptime_s: f64,
+    /// Prefix cache hits, misses, reused tokens and bytes; `null` while no
+    /// model is loaded (docs/prefix-cache.md).
+    pub prefix_cache: Option<crate::scheduler::metrics::PrefixCacheStatus>,
 }
 
 pub async fn status(
@@ -102,6 +105,7 @@ pub async fn status(
         generated_tokens_total: scheduler.as_ref().map_or(0, |s| s.generated_tokens_total),
         tokens_per_second: ui.memory.latest_tokens_per_second(),
         uptime_s: ui.uptime_s(),
+        prefix_cache: scheduler.map(|s| s.prefix_cache),
     })
 }
 
