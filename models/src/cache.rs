@@ -137,6 +137,12 @@ impl KvCache {
         Ok(())
     }
 
+    /// Element type of the stored keys (`None` before the first write or
+    /// for a linear-attention layer).
+    pub fn key_dtype(&self) -> Option<mlx_rs::Dtype> {
+        self.keys.as_ref().map(Array::dtype)
+    }
+
     /// The buffers, for evaluation.
     pub fn arrays(&self) -> impl Iterator<Item = &Array> {
         let state = self.state.iter().flat_map(|s| [&s.conv, &s.ssm]);

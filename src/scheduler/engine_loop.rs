@@ -55,9 +55,9 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
             let eos_token_ids = loaded.eos_token_ids();
             let model = loaded.model;
             let config_m = model.config.clone();
-            let kv_bytes_per_token = config_m.kv_bytes_per_token(activation_bytes(&model));
-            let state_bytes_per_sequence =
-                config_m.state_bytes_per_sequence(activation_bytes(&model));
+            let element_bytes = activation_bytes(&model);
+            let kv_bytes_per_token = config_m.kv_bytes_per_token(element_bytes);
+            let state_bytes_per_sequence = config_m.state_bytes_per_sequence(element_bytes);
             let info = ModelInfo {
                 id: path
                     .file_name()
@@ -141,12 +141,26 @@ fn enable_cuda_gemv() {
     }
 }
 
-/// Bytes per element of the activations (and so of the KV cache).
+/// Bytes per element of the KV cache, as a one-token forward stores it.
+/// The declared activation type can understate it: GGUF files keep norm
+/// weights in f32, which promotes f16 activations (SmolLM2 Q4_1 stores f32
+/// keys: twice what the declared type gives). Falls back to the declared
+/// type if the probe fails.
 fn activation_bytes(model: &Model) -> usize {
-    match model.activation_dtype() {
-        mlx_rs::Dtype::Float32 => 4,
+    let size = |dtype: mlx_rs::Dtype| match dtype {
+        mlx_rs::Dtype::Float32 | mlx_rs::Dtype::Int32 | mlx_rs::Dtype::Uint32 => 4,
+        mlx_rs::Dtype::Float64 | mlx_rs::Dtype::Int64 | mlx_rs::Dtype::Uint64 => 8,
         _ => 2,
-    }
+    };
+    let probe = || -> Option<usize> {
+        let mut caches = model.new_cache();
+        let mut views: Vec<CacheView> = caches.iter_mut().map(CacheView::Single).collect();
+        let ids = Array::from_slice(&[0i32], &[1, 1]);
+        model.forward(&ids, &mut views, true).ok()?;
+        drop(views);
+        caches.iter().filter_map(|c| c.key_dtype()).map(size).max()
+    };
+    probe().unwrap_or_else(|| size(model.activation_dtype()))
 }
 
 /// Without a configured budget, KV caches may use 60% of the memory that is
