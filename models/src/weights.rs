@@ -7,6 +7,12 @@
 //! by their `.scales` companion (as mlx-lm does); their bit width is checked
 //! against the tensor shapes so a wrong config fails at load with the
 //! tensor's name.
+//!
+//! Loading reads every tensor into memory before the model is built
+//! ([`read_all`]), in batches, reporting [`LoadProgress`] (tensors and bytes
+//! read of the total) so a server can show a real progress bar. MLX reads
+//! safetensors lazily, so this is where the file bytes are read; a GGUF file
+//! is read by MLX in one call, after which its renamed tensors are counted.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -19,6 +25,60 @@ use crate::{
     config::{ModelConfig, QuantConfig, QuantParams},
     error::{ModelError, Result},
 };
+
+/// How far reading a model's weights has got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadProgress {
+    pub tensors_done: usize,
+    pub tensors_total: usize,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// Bytes evaluated per batch while reading weights: large enough that the
+/// per-call overhead is nothing, small enough for a smooth progress bar.
+const READ_BATCH_BYTES: u64 = 64 << 20;
+
+/// Evaluates (reads into memory) every tensor of `tensors` in name order,
+/// in batches of about [`READ_BATCH_BYTES`], calling `progress` first with
+/// nothing done and then after each batch; the last call has
+/// `bytes_done == bytes_total`.
+pub fn read_all(
+    tensors: &HashMap<String, Array>,
+    source: &Path,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<()> {
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let mut state = LoadProgress {
+        tensors_total: names.len(),
+        bytes_total: tensors.values().map(|a| a.nbytes() as u64).sum(),
+        ..LoadProgress::default()
+    };
+    progress(state);
+    let mut batch: Vec<&Array> = Vec::new();
+    let mut batch_bytes = 0u64;
+    for (i, name) in names.iter().enumerate() {
+        let array = &tensors[*name];
+        batch.push(array);
+        batch_bytes += array.nbytes() as u64;
+        if batch_bytes >= READ_BATCH_BYTES || i + 1 == names.len() {
+            mlx_rs::transforms::eval(batch.iter().copied()).map_err(|e| ModelError::Weights {
+                path: source.to_path_buf(),
+                message: format!("cannot read tensors (up to `{name}`): {e}"),
+            })?;
+            state.tensors_done += batch.len();
+            state.bytes_done += batch_bytes;
+            progress(state);
+            batch.clear();
+            batch_bytes = 0;
+        }
+    }
+    if names.is_empty() {
+        progress(state);
+    }
+    Ok(())
+}
 
 /// Group size of GGUF's Q4_0 / Q4_1 / Q8_0 blocks.
 pub const GGUF_GROUP_SIZE: i32 = 32;
@@ -56,6 +116,16 @@ impl Weights {
 
     /// Loads every safetensors shard of a model folder.
     pub fn from_dir(dir: &Path, config: &ModelConfig) -> Result<Self> {
+        Self::from_dir_with_progress(dir, config, &mut |_| {})
+    }
+
+    /// [`Weights::from_dir`], reading the tensors with progress reports
+    /// ([`read_all`]).
+    pub fn from_dir_with_progress(
+        dir: &Path,
+        config: &ModelConfig,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self> {
         let files = safetensors_files(dir)?;
         let mut tensors = HashMap::new();
         for file in &files {
@@ -67,6 +137,7 @@ impl Weights {
             tensors.extend(loaded);
         }
         tensors.retain(|name, _| !name.contains("rotary_emb.inv_freq"));
+        read_all(&tensors, dir, progress)?;
         Ok(Weights::new(
             tensors,
             config.quantization.clone(),
@@ -78,6 +149,16 @@ impl Weights {
     /// Loads a GGUF file's tensors, renamed to Hugging Face names and with
     /// Llama's Q/K rows restored to Hugging Face's rotary layout.
     pub fn from_gguf(path: &Path, config: &ModelConfig) -> Result<Self> {
+        Self::from_gguf_with_progress(path, config, &mut |_| {})
+    }
+
+    /// [`Weights::from_gguf`] with progress reports ([`read_all`]; MLX reads
+    /// the file itself in one call before the first report).
+    pub fn from_gguf_with_progress(
+        path: &Path,
+        config: &ModelConfig,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self> {
         let file = GgufFile::load(path).map_err(|e| ModelError::Weights {
             path: path.to_path_buf(),
             message: format!("cannot read GGUF tensors: {e}"),
@@ -98,6 +179,7 @@ impl Weights {
             };
             tensors.insert(hf, array);
         }
+        read_all(&tensors, path, progress)?;
         Ok(Weights::new(
             tensors,
             None,
@@ -394,6 +476,50 @@ mod tests {
             Some("model.layers.0.mlp.down_proj.biases")
         );
         assert_eq!(hf_name_from_gguf("rope_freqs.weight"), None);
+    }
+
+    #[test]
+    fn reading_reports_progress_from_nothing_to_every_byte() {
+        let dir = std::env::temp_dir().join(format!("hearth-weights-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 40 tensors of 1 MiB (f32) plus one of 100 MiB: several batches.
+        let mut arrays = HashMap::new();
+        for i in 0..40 {
+            arrays.insert(
+                format!("t{i:02}.weight"),
+                Array::ones::<f32>(&[512, 512]).unwrap(),
+            );
+        }
+        arrays.insert(
+            "big.weight".to_string(),
+            Array::ones::<f32>(&[25 << 10, 1024]).unwrap(),
+        );
+        Array::save_safetensors(
+            &arrays,
+            &HashMap::<String, String>::new(),
+            dir.join("model.safetensors"),
+        )
+        .unwrap();
+        let raw = serde_json::json!({"model_type": "llama", "vocab_size": 10, "hidden_size": 8,
+            "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "num_key_value_heads": 2});
+        let config = ModelConfig::from_json(&raw, Path::new("c")).unwrap();
+        let mut seen = Vec::new();
+        let weights =
+            Weights::from_dir_with_progress(&dir, &config, &mut |p| seen.push(p)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let total = 40 * (1 << 20) + (100u64 << 20);
+        let first = seen.first().copied().unwrap();
+        let last = seen.last().copied().unwrap();
+        assert_eq!((first.tensors_done, first.bytes_done), (0, 0));
+        assert_eq!((first.tensors_total, first.bytes_total), (41, total));
+        assert_eq!((last.tensors_done, last.bytes_done), (41, total));
+        assert!(seen.len() >= 3, "several batches: {seen:?}");
+        assert!(seen
+            .windows(2)
+            .all(|w| w[0].bytes_done < w[1].bytes_done && w[0].tensors_done < w[1].tensors_done));
+        let big = weights.get("big.weight").unwrap();
+        assert_eq!(big.shape(), &[25 << 10, 1024]);
     }
 
     #[test]

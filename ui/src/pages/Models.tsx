@@ -5,6 +5,8 @@ import { useState } from "preact/hooks";
 import { api, Download, Status } from "../api";
 import { bytes, num } from "../format";
 import { usePoll } from "../poll";
+import { LoadProgress } from "../LoadProgress";
+import { downloadShare, resumable } from "../progress";
 
 export function ModelsPage() {
   const { data, error } = usePoll(api.models, 2000);
@@ -37,6 +39,7 @@ export function ModelsPage() {
                 ? <>serving <strong>{manager.model}</strong></>
                 : <>no model loaded: the API answers 503 until one is</>}
           </p>
+          {manager.load && <LoadProgress report={manager.load} />}
           {manager.last_error && <p class="error">Last load failed: {manager.last_error}</p>}
           {manager.model && manager.state !== "loading" && (
             <button onClick={() => run(api.unloadModel)} data-testid="model-unload">Unload</button>
@@ -51,10 +54,11 @@ export function ModelsPage() {
         </div>
         {downloads && downloads.length > 0 && (
           <table data-testid="downloads">
-            <thead><tr><th>Repository</th><th>State</th><th>Progress</th></tr></thead>
+            <thead><tr><th>Repository</th><th>State</th><th>Progress</th><th></th></tr></thead>
             <tbody>
               {downloads.map((d) => {
-                const share = d.bytes_total ? d.bytes_done / d.bytes_total : d.files_total ? d.files_done / d.files_total : 0;
+                const share = downloadShare(d);
+                const running = d.state === "listing" || d.state === "downloading";
                 return (
                   <tr data-testid="download-row" data-repo={d.repo}>
                     <td>{d.repo}</td>
@@ -65,6 +69,12 @@ export function ModelsPage() {
                       <div class="progress-bar"><div style={{ width: `${(share * 100).toFixed(1)}%` }} /></div>
                       {d.files_done}/{d.files_total} files · {bytes(d.bytes_done)}{d.bytes_total ? ` of ${bytes(d.bytes_total)}` : ""}
                       {d.file && d.state === "downloading" ? ` · ${d.file}` : ""}
+                      {d.bytes_resumed > 0 ? ` · ${bytes(d.bytes_resumed)} resumed` : ""}
+                      {d.files_verified > 0 ? ` · ${d.files_verified} sha256 checked` : ""}
+                    </td>
+                    <td>
+                      {running && <button onClick={() => run(() => api.cancelDownload(d.repo))} data-testid="download-cancel">Cancel</button>}
+                      {resumable(d) && <button onClick={() => run(() => api.download(d.repo))} data-testid="download-resume">Resume</button>}
                     </td>
                   </tr>
                 );
