@@ -479,50 +479,6 @@ mod tests {
     }
 
     #[test]
-    fn reading_reports_progress_from_nothing_to_every_byte() {
-        let dir = std::env::temp_dir().join(format!("hearth-weights-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // 40 tensors of 1 MiB (f32) plus one of 100 MiB: several batches.
-        let mut arrays = HashMap::new();
-        for i in 0..40 {
-            arrays.insert(
-                format!("t{i:02}.weight"),
-                Array::ones::<f32>(&[512, 512]).unwrap(),
-            );
-        }
-        arrays.insert(
-            "big.weight".to_string(),
-            Array::ones::<f32>(&[25 << 10, 1024]).unwrap(),
-        );
-        Array::save_safetensors(
-            &arrays,
-            &HashMap::<String, String>::new(),
-            dir.join("model.safetensors"),
-        )
-        .unwrap();
-        let raw = serde_json::json!({"model_type": "llama", "vocab_size": 10, "hidden_size": 8,
-            "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "num_key_value_heads": 2});
-        let config = ModelConfig::from_json(&raw, Path::new("c")).unwrap();
-        let mut seen = Vec::new();
-        let weights =
-            Weights::from_dir_with_progress(&dir, &config, &mut |p| seen.push(p)).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        let total = 40 * (1 << 20) + (100u64 << 20);
-        let first = seen.first().copied().unwrap();
-        let last = seen.last().copied().unwrap();
-        assert_eq!((first.tensors_done, first.bytes_done), (0, 0));
-        assert_eq!((first.tensors_total, first.bytes_total), (41, total));
-        assert_eq!((last.tensors_done, last.bytes_done), (41, total));
-        assert!(seen.len() >= 3, "several batches: {seen:?}");
-        assert!(seen
-            .windows(2)
-            .all(|w| w[0].bytes_done < w[1].bytes_done && w[0].tensors_done < w[1].tensors_done));
-        let big = weights.get("big.weight").unwrap();
-        assert_eq!(big.shape(), &[25 << 10, 1024]);
-    }
-
-    #[test]
     fn unpermute_inverts_llama_cpp_permute() {
         // llama.cpp: w.reshape(h, 2, r/h/2, c).swapaxes(1, 2).reshape(r, c)
         let (h, r, c) = (2, 8, 3);

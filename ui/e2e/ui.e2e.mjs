@@ -338,6 +338,7 @@ await step("layout-sizes", async () => {
     chat: () => page.getByTestId("chat-input").waitFor(),
     models: () => page.getByTestId("models-table").waitFor(),
   };
+  await page.goto(base + "/");
   for (const [width, height] of [[900, 640], [390, 844]]) {
     await page.setViewportSize({ width, height });
     for (const theme of ["dark", "light"]) {
