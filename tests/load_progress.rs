@@ -52,8 +52,8 @@ fn safetensors_progress_counts_every_tensor_and_byte() {
         "num_key_value_heads": 2});
     let config = ModelConfig::from_json(&raw, Path::new("config.json")).expect("config");
     let mut seen = Vec::new();
-    let weights = Weights::from_dir_with_progress(dir.path(), &config, &mut |p| seen.push(p))
-        .expect("load");
+    let weights =
+        Weights::from_dir_with_progress(dir.path(), &config, &mut |p| seen.push(p)).expect("load");
     let last = check_sequence(&seen);
     assert_eq!(last.tensors_total, 41);
     assert_eq!(last.bytes_total, 40 * (1 << 20) + (100u64 << 20));
