@@ -702,6 +702,23 @@ fn tokenizer_for_cli(server: &TestServer, dir: &Path) -> PathBuf {
     target
 }
 
+/// Config, tokenizer and 4 MiB of pseudo-random "weights" (the downloader
+/// does not parse files).
+fn small_repository(dir: &Path) {
+    std::fs::write(dir.join("config.json"), br#"{"model_type": "qwen3"}"#).expect("config");
+    std::fs::write(dir.join("tokenizer.json"), br#"{"version": "1.0"}"#).expect("tokenizer");
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let weights: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), weights).expect("weights");
+}
+
 /// Chromium and playwright-core, installed by scripts/setup.sh.
 fn browser_ready() -> PathBuf {
     let root = repo_root();
@@ -762,7 +779,17 @@ fn ui_browser() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let root = repo_root();
     let chromium = browser_ready();
-    let (server, _home) = start_server(None);
+    // A slow local hub with a small repository, for the Downloads card's
+    // Cancel and Resume (4 MiB at 16 KiB per 40 ms: about 10 s).
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let repo = tempfile::tempdir().expect("tempdir");
+    small_repository(repo.path());
+    let hub = runtime.block_on(fake_hub::FakeHub::start(&[(
+        "test-org/small",
+        repo.path().to_path_buf(),
+    )]));
+    hub.knobs().delay_per_chunk = Some(Duration::from_millis(40));
+    let (server, _home) = start_server(Some(&hub.url));
     let shots = root.join("target/ui-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
     let output = Command::new("node")

@@ -301,6 +301,35 @@ await step("models-switch", async () => {
   await expectEventually(async () => (await api("/api/status")).body.state === "ready", "SmolLM2 to be served again", 120_000);
 });
 
+await step("downloads", async () => {
+  // The test's local hub serves `test-org/small` slowly: start it, Cancel,
+  // Resume; it finishes from where it stopped, sha256 checked.
+  await page.getByTestId("nav-models").click();
+  await page.getByTestId("download-repo").fill("test-org/small");
+  await page.getByTestId("download-start").click();
+  const row = page.locator('[data-testid="download-row"][data-repo="test-org/small"]').last();
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')];
+    const t = rows.at(-1)?.textContent ?? "";
+    return /downloading/.test(t) && /(KiB|MiB) of/.test(t);
+  }, null, { timeout: 30_000 });
+  await row.getByTestId("download-cancel").click();
+  await page.waitForFunction(() => /cancelled/.test([...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')].at(-1)?.textContent ?? ""));
+  await page.screenshot({ path: join(shots, "download-cancelled.png"), fullPage: true });
+  await row.getByTestId("download-resume").click();
+  await page.waitForFunction(() => {
+    const t = [...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')].at(-1)?.textContent ?? "";
+    return /done/.test(t);
+  }, null, { timeout: 60_000 });
+  const done = await page.locator('[data-testid="download-row"][data-repo="test-org/small"]').last().innerText();
+  assert.match(done, /3\/3 files/, done);
+  assert.match(done, /resumed/, done);
+  assert.match(done, /1 sha256 checked/, done);
+  const list = (await api("/api/models/downloads")).body.filter((d) => d.repo === "test-org/small");
+  assert.deepEqual(list.map((d) => d.state), ["cancelled", "done"]);
+  assert.ok(list[1].bytes_resumed > 0 && list[1].bytes_done === list[1].bytes_total, JSON.stringify(list[1]));
+});
+
 await step("chat-no-layout-jump", async () => {
   // At the Tauri window size, the composer and the message list keep
   // their place while an answer streams (only the list's content grows).
