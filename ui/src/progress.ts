@@ -24,3 +24,10 @@ export function loadLabel(r: LoadReport): string {
 export function resumable(d: Pick<Download, "state">): boolean {
   return d.state === "cancelled" || d.state === "failed";
 }
+
+/** Indexes of the newest entry of each repository (older attempts get no Resume button). */
+export function latestPerRepo(list: Pick<Download, "repo">[]): Set<number> {
+  const last = new Map<string, number>();
+  list.forEach((d, i) => last.set(d.repo, i));
+  return new Set(last.values());
+}

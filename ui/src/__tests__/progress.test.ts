@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { downloadShare, loadLabel, resumable, share } from "../progress";
+import { downloadShare, latestPerRepo, loadLabel, resumable, share } from "../progress";
 import { nextTheme, parseTheme, resolveTheme } from "../theme";
 
 describe("progress", () => {
@@ -23,6 +23,12 @@ describe("progress", () => {
       model: "m", tensors_done: 120, tensors_total: 273, bytes_done: 42 * 1024 * 1024, bytes_total: 98 * 1024 * 1024, seconds: 1.23, done: false,
     });
     expect(label).toBe("42.0 MiB of 98.0 MiB · 120/273 tensors · 1.2 s");
+  });
+
+  it("finds the newest attempt of each repository", () => {
+    const latest = latestPerRepo([{ repo: "a/x" }, { repo: "b/y" }, { repo: "a/x" }]);
+    expect([...latest].sort()).toEqual([1, 2]);
+    expect(latestPerRepo([]).size).toBe(0);
   });
 
   it("offers resume for cancelled and failed downloads only", () => {

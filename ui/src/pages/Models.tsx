@@ -6,13 +6,14 @@ import { api, Download, Status } from "../api";
 import { bytes, num } from "../format";
 import { usePoll } from "../poll";
 import { LoadProgress } from "../LoadProgress";
-import { downloadShare, resumable } from "../progress";
+import { downloadShare, latestPerRepo, resumable } from "../progress";
 
 export function ModelsPage() {
   const { data, error } = usePoll(api.models, 2000);
   const { data: status } = usePoll<Status>(api.status, 1000);
   const [actionError, setActionError] = useState<string | null>(null);
   const { data: downloads } = usePoll<Download[]>(api.downloads, 1000);
+  const latest = downloads ? latestPerRepo(downloads) : null;
   const [repo, setRepo] = useState("");
   const manager = status?.manager;
   const busy = manager?.state === "loading";
@@ -52,16 +53,16 @@ export function ModelsPage() {
           <input size={40} value={repo} placeholder="mlx-community/Qwen3-0.6B-4bit" onInput={(e) => setRepo(e.currentTarget.value)} data-testid="download-repo" />
           <button onClick={() => run(() => api.download(repo.trim()))} disabled={!repo.trim()} data-testid="download-start">Download</button>
         </div>
-        {downloads && downloads.length > 0 && (
-          <table data-testid="downloads">
+        {downloads && downloads.length > 0 && latest && (
+          <div class="table-scroll"><table data-testid="downloads">
             <thead><tr><th>Repository</th><th>State</th><th>Progress</th><th></th></tr></thead>
             <tbody>
-              {downloads.map((d) => {
+              {downloads.map((d, i) => {
                 const share = downloadShare(d);
                 const running = d.state === "listing" || d.state === "downloading";
                 return (
                   <tr data-testid="download-row" data-repo={d.repo}>
-                    <td>{d.repo}</td>
+                    <td class="nowrap">{d.repo}</td>
                     <td data-testid="download-state" class={d.state === "failed" ? "error" : d.state === "done" ? "ok" : ""}>
                       {d.state}{d.error ? `: ${d.error}` : ""}
                     </td>
@@ -74,13 +75,13 @@ export function ModelsPage() {
                     </td>
                     <td>
                       {running && <button onClick={() => run(() => api.cancelDownload(d.repo))} data-testid="download-cancel">Cancel</button>}
-                      {resumable(d) && <button onClick={() => run(() => api.download(d.repo))} data-testid="download-resume">Resume</button>}
+                      {resumable(d) && latest.has(i) && <button onClick={() => run(() => api.download(d.repo))} data-testid="download-resume">Resume</button>}
                     </td>
                   </tr>
                 );
               })}
             </tbody>
-          </table>
+          </table></div>
         )}
       </div>
       {!data && !error && <p>Loading…</p>}
@@ -92,7 +93,7 @@ export function ModelsPage() {
           {data.models.length === 0 ? (
             <p>No models there yet.</p>
           ) : (
-            <table data-testid="models-table">
+            <div class="table-scroll"><table data-testid="models-table">
               <thead>
                 <tr><th>Name</th><th>Format</th><th>Architecture</th><th>Quantization</th><th>Size</th><th>Fits in memory</th><th></th></tr>
               </thead>
@@ -101,7 +102,7 @@ export function ModelsPage() {
                   <tr data-testid="model-row" data-model={m.name}>
                     <td>{m.name}</td>
                     <td>{m.format}</td>
-                    <td>{m.architecture}</td>
+                    <td class="wrap-anywhere">{m.architecture}</td>
                     <td>{m.quantization}</td>
                     <td>{bytes(m.size_bytes)}</td>
                     <td class={m.fits_in_memory ? "ok" : "error"}>{m.fits_in_memory ? "yes" : "no"}</td>
@@ -117,7 +118,7 @@ export function ModelsPage() {
                   </tr>
                 ))}
               </tbody>
-            </table>
+            </table></div>
           )}
         </div>
       )}
