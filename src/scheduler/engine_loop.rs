@@ -31,7 +31,11 @@ use crate::engine::sampling::{PendingBatch, Sampled, Sampler};
 /// so prefills always progress.
 const MIN_PREFILL_PER_STEP: usize = 32;
 
-pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<SchedulerHandle> {
+pub(super) fn start(
+    path: PathBuf,
+    config: SchedulerConfig,
+    mut load_progress: Box<dyn FnMut(hearth_models::LoadProgress) + Send>,
+) -> anyhow::Result<SchedulerHandle> {
     let (commands, command_rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
     let metrics = Arc::new(Metrics::default());
@@ -44,7 +48,7 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 let _ = ready_tx.send(Err(anyhow::Error::new(e)));
                 return;
             }
-            let loaded = match hearth_models::load(&path) {
+            let loaded = match hearth_models::load_with_progress(&path, &mut load_progress) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(anyhow::Error::new(e)));

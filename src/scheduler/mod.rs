@@ -238,7 +238,17 @@ impl SchedulerHandle {
     /// Loads the model at `path` on a new engine thread and starts serving.
     /// Returns once the model is loaded (or failed to load).
     pub fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Self> {
-        engine_loop::start(path, config)
+        engine_loop::start(path, config, Box::new(|_| {}))
+    }
+
+    /// [`SchedulerHandle::start`], calling `progress` (on the engine thread)
+    /// as the weights are read: tensors and bytes of the total.
+    pub fn start_with_progress(
+        path: PathBuf,
+        config: SchedulerConfig,
+        progress: impl FnMut(hearth_models::LoadProgress) + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        engine_loop::start(path, config, Box::new(progress))
     }
 
     pub fn info(&self) -> &ModelInfo {
