@@ -621,7 +621,7 @@ mod tests {
             assert_eq!(cv.shape(), &[1, 2, total as i32, 4]);
             let expect = ops::concatenate(&all, 2).unwrap();
             assert!(ck.eq_values(&expect).unwrap());
-            assert!(cache.capacity() >= total && cache.capacity() % GROWTH_STEP == 0);
+            assert!(cache.capacity() >= total && cache.capacity().is_multiple_of(GROWTH_STEP));
         }
         assert_eq!(cache.offset(), total);
         // Geometric growth: capacity stays within 25% (+ one step) of use.

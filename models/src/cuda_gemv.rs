@@ -194,7 +194,7 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     // matmuls of a decode step, which made a single stream 30% slower
     // (run 2 of bench/results/h200-2026-11-29-s3). MLX caches the compiled
     // module by name and template arguments.
-    let kernel = KERNEL.with(|k| k.0.map_err(|e| fail(e)))?;
+    let kernel = KERNEL.with(|k| k.0.map_err(fail))?;
     let t = c("T")?;
     let tr = c("ROWS")?;
     let dims = dims_array(n, k);
