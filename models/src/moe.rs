@@ -122,7 +122,8 @@ impl MoeConfig {
 
     /// Whether layer `layer` (0-based) has a sparse MoE block.
     pub fn is_sparse_layer(&self, layer: usize) -> bool {
-        !self.mlp_only_layers.contains(&layer) && (layer + 1).is_multiple_of(self.decoder_sparse_step)
+        !self.mlp_only_layers.contains(&layer)
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
     }
 }
 
