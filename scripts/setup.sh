@@ -14,12 +14,13 @@ log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 if [[ "$(uname -s)" == Linux ]]; then
   need=()
   # chromium: the web UI's browser tests (tests/webui.rs, playwright-core).
+  # iproute2: the LAN tests make network namespaces (tests/server_lan.rs, tests/agent_aider.rs).
   # The menu-bar app (src-tauri, Tauri 2: WebKitGTK, tray) and its end-to-end test
   # (src-tauri/tests/e2e.rs: Xvfb, a D-Bus session bus, WebKitWebDriver).
   app_pkgs=(libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libssl-dev libxdo-dev
     build-essential file xvfb xdotool imagemagick webkit2gtk-driver dbus)
   for pkg in clang libclang-dev cmake pkg-config python3-venv libopenblas0-pthread curl unzip chromium \
-      "${app_pkgs[@]}"; do
+      iproute2 "${app_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -52,6 +53,19 @@ want=$(cat "$REQS" "$REQS_OS" | sha256sum | cut -c1-16)
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   log "pip install (scripts/requirements*.txt)"
   .venv/bin/pip install -q --disable-pip-version-check -r "$REQS" -r "$REQS_OS"
+  echo "$want" > "$stamp"
+fi
+
+# ---- Aider (tests/agent_aider.rs): its own venv, its exact pins clash with .venv's ----
+if [[ ! -x .venv-aider/bin/python ]]; then
+  log "creating .venv-aider"
+  "$PY" -m venv .venv-aider
+fi
+stamp=.venv-aider/.hearth-reqs
+want=$(sha256sum < scripts/requirements-aider.txt | cut -c1-16)
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  log "pip install (scripts/requirements-aider.txt)"
+  .venv-aider/bin/pip install -q --disable-pip-version-check -r scripts/requirements-aider.txt
   echo "$want" > "$stamp"
 fi
 

@@ -8,5 +8,8 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --release --locked -q -- -D warnings
+echo "== ui: typecheck and Vitest" >&2
+npm run --prefix ui typecheck --silent
+npm test --prefix ui --silent
 echo "== cargo test" >&2
 cargo test --workspace --release --locked

@@ -32,6 +32,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Download a model from the Hugging Face hub ($HF_ENDPOINT for a mirror)
+    /// into $HEARTH_HOME/models; run again to resume an interrupted download.
+    Pull(hearth::hub::PullArgs),
     /// Convert a GGUF file into an MLX model folder (quantization kept as is).
     Convert {
         /// GGUF file (path or name in the models directory).
@@ -163,6 +166,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => hearth::bench::run_bench(args),
         Command::Generate(args) => generate(args),
         Command::Models { json } => list_models(json),
+        Command::Pull(args) => hearth::hub::run_pull(args),
         Command::Anonymize { json } => anonymize(json),
         Command::Convert { model, out } => {
             let path = home::resolve_model(Some(&model))?;
@@ -236,6 +240,7 @@ fn gemv_bench() -> Result<()> {
 fn generate(args: GenerateArgs) -> Result<()> {
     let path = home::resolve_model(args.model.as_deref())?;
     let load_started = Instant::now();
+    hearth::engine::fit::check(&path)?;
     let loaded = hearth_models::load(&path)?;
     let load_time = load_started.elapsed();
     let engine = Engine::new(

@@ -155,3 +155,55 @@ fn cli_reports_errors_without_panicking() {
     assert!(stderr.contains("missing-model"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A model folder whose weights (a sparse file: no disk used) are twice the
+/// machine's memory.
+fn larger_than_memory(dir: &Path) -> std::path::PathBuf {
+    let model = dir.join("huge-model");
+    std::fs::create_dir_all(&model).unwrap();
+    tiny(&model);
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    let file = std::fs::File::create(model.join("model-extra.safetensors")).unwrap();
+    file.set_len(system.total_memory() * 2).unwrap();
+    model
+}
+
+#[test]
+fn a_model_larger_than_memory_is_refused_before_loading() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = larger_than_memory(dir.path());
+    for args in [
+        &["generate", "--prompt", "hi", "--model"][..],
+        &["serve", "--port", "0", "--model"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(args)
+            .arg(&model)
+            .env("HEARTH_HOME", dir.path())
+            .env_remove("HEARTH_IGNORE_MEMORY_CHECK")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("huge-model does not fit in memory"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("GiB is available"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // The override skips the check: loading then fails on the bogus file
+    // itself, which proves the check was what stopped it before.
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["generate", "--prompt", "hi", "--model"])
+        .arg(&model)
+        .env("HEARTH_HOME", dir.path())
+        .env("HEARTH_IGNORE_MEMORY_CHECK", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("does not fit in memory"), "{stderr}");
+    assert!(stderr.contains("model-extra.safetensors"), "{stderr}");
+}

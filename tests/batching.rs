@@ -90,6 +90,13 @@ fn check_batched_equals_alone_with(
     drop(engine);
 
     let scheduler = SchedulerHandle::start(model.to_path_buf(), config).unwrap();
+    // A warm-up at load (when configured) leaves no counts and no memory.
+    let status = scheduler.status();
+    assert_eq!(
+        (status.requests_total, status.generated_tokens_total),
+        (0, 0)
+    );
+    assert_eq!((status.running, status.kv_bytes_allocated), (0, 0));
     // Submit with staggered starts so sequences join a running batch.
     let mut handles = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
@@ -145,6 +152,8 @@ fn dummy_qwen3_batched_equals_alone() {
         max_running: 4, // fewer rows than jobs: some wait in the queue
         prefill_chunk: 8,
         step_token_budget: 20,
+        // The GPU default: batches of 1..=4 rows run once before serving.
+        warmup: true,
         ..Default::default()
     };
     check_batched_equals_alone(dir.path(), config, 16);

@@ -82,12 +82,15 @@ async fn real_model_chat_completions_and_errors() {
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], model_id);
     assert_eq!(models["data"][0]["context_length"], 8192);
+    // The device MLX runs on: the CPU backend on our test machines.
+    assert_eq!(models["data"][0]["device"], "cpu (cpu)", "{models}");
     assert_eq!(get_json(&server, "/v1/models/default").await.0, 200);
     let (status, body) = get_json(&server, "/v1/models/gpt-4").await;
     assert_eq!(status, 404);
     assert_openai_error(&body, "invalid_request_error");
     let (status, health) = get_json(&server, "/health").await;
     assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!(health["device"], "cpu (cpu)", "{health}");
 
     // Non-streamed chat: the real model answers.
     let question = chat("What is the capital of France?");
@@ -397,6 +400,7 @@ async fn real_model_chat_completions_and_errors() {
         "hearth_kv_cache_used_bytes",
         "hearth_process_resident_memory_bytes",
         "hearth_http_responses_total{class=\"4xx\"}",
+        "hearth_device_info{kind=\"cpu\",backend=\"cpu\"} 1",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
@@ -759,4 +763,41 @@ async fn concurrent_greedy_requests_match_sequential_ones() {
         assert_eq!(&response["choices"][0]["text"], alone, "prompt {i}");
         assert_eq!(response["usage"]["completion_tokens"], 24);
     }
+}
+
+/// Switching to a model larger than memory is refused up front with 507
+/// and both numbers; the served model keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_a_model_larger_than_memory_keeps_the_served_one() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let models = home.path().join("models");
+    std::fs::create_dir_all(&models).expect("models dir");
+    let model = dummy_qwen3(&models);
+    let huge = models.join("huge");
+    std::fs::create_dir_all(&huge).expect("huge dir");
+    std::fs::copy(model.join("config.json"), huge.join("config.json")).expect("config");
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    let sparse = std::fs::File::create(huge.join("model.safetensors")).expect("weights");
+    sparse
+        .set_len(system.total_memory() * 2)
+        .expect("sparse file");
+    let server = TestServer::start_with_env(&model, &[], &[("HEARTH_HOME", home.path())]);
+
+    let (status, body) = post_json(&server, "/api/models/load", &json!({"model": "huge"})).await;
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "model_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("huge does not fit in memory"), "{message}");
+    assert!(message.contains("GiB is available"), "{message}");
+
+    let (code, reply) = post_json(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["model"], "qwen3-tiny");
+    assert_eq!(reply["usage"]["completion_tokens"], 3);
 }

@@ -11,6 +11,7 @@
 //! with the served model, benchmark history); they take turns (one lock) so
 //! that the benchmark timings do not fight each other for the cores.
 
+mod fake_hub;
 mod server_support;
 
 use std::{
@@ -46,6 +47,10 @@ fn hearth_home() -> (tempfile::TempDir, PathBuf) {
 const OPENBLAS: &str = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3";
 
 fn start_server(hub: Option<&str>) -> (TestServer, tempfile::TempDir) {
+    start_server_with(hub, &[])
+}
+
+fn start_server_with(hub: Option<&str>, extra: &[&str]) -> (TestServer, tempfile::TempDir) {
     let (home, model) = hearth_home();
     let mut env = vec![("HEARTH_HOME", home.path())];
     if let Some(hub) = hub {
@@ -60,71 +65,8 @@ fn start_server(hub: Option<&str>) -> (TestServer, tempfile::TempDir) {
             env.push(("OPENBLAS_CORETYPE", Path::new("SkylakeX")));
         }
     }
-    let server = TestServer::start_with_env(&model, &[], &env);
+    let server = TestServer::start_with_env(&model, extra, &env);
     (server, home)
-}
-
-/// A local server laid out like the Hugging Face hub, serving one
-/// repository, `test-org/qwen3-hub`, from `dir` (plus a README that a model
-/// download must skip). Returns its base URL.
-async fn fake_hub(dir: PathBuf) -> String {
-    use axum::{
-        extract::Path as UrlPath,
-        http::StatusCode,
-        response::{IntoResponse, Response},
-        routing::get,
-        Json, Router,
-    };
-    let listing_dir = dir.clone();
-    let app = Router::new()
-        .route(
-            "/api/models/{owner}/{name}",
-            get(move |UrlPath((owner, name)): UrlPath<(String, String)>| {
-                let dir = listing_dir.clone();
-                async move {
-                    if (owner.as_str(), name.as_str()) != ("test-org", "qwen3-hub") {
-                        return (StatusCode::NOT_FOUND, "Repository not found").into_response();
-                    }
-                    let mut siblings = vec![json!({"rfilename": "README.md"})];
-                    for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
-                        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                        siblings.push(json!({
-                            "rfilename": entry.file_name().to_string_lossy(),
-                            "size": size,
-                        }));
-                    }
-                    Json(json!({"id": "test-org/qwen3-hub", "siblings": siblings})).into_response()
-                }
-            }),
-        )
-        .route(
-            "/{owner}/{name}/resolve/main/{file}",
-            get(
-                move |UrlPath((_, _, file)): UrlPath<(String, String, String)>| {
-                    let dir = dir.clone();
-                    async move {
-                        if file == "README.md" {
-                            return "# a model card".into_response();
-                        }
-                        match std::fs::read(dir.join(&file)) {
-                            Ok(bytes) => bytes.into_response(),
-                            Err(_) => Response::builder()
-                                .status(StatusCode::NOT_FOUND)
-                                .body(axum::body::Body::empty())
-                                .expect("response"),
-                        }
-                    }
-                },
-            ),
-        );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the fake hub");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    format!("http://{addr}")
 }
 
 fn ui_built() -> bool {
@@ -149,8 +91,8 @@ async fn ui_api_checks() {
     );
     let hub_files = tempfile::tempdir().expect("tempdir");
     let hub_model = dummy_qwen3(hub_files.path());
-    let hub = fake_hub(hub_model).await;
-    let (server, home) = start_server(Some(&hub));
+    let hub = fake_hub::FakeHub::start(&[("test-org/qwen3-hub", hub_model)]).await;
+    let (server, home) = start_server(Some(&hub.url));
     let http = client();
 
     // The app and its assets.
@@ -270,11 +212,11 @@ async fn ui_api_checks() {
     documents(&server).await;
     bench_runs(&server).await;
     bench_cli_html(&server, home.path());
-    download_from_hub(&server, home.path()).await;
+    download_from_hub(&server, home.path(), &hub).await;
     switch_models(&server).await;
 }
 
-async fn download_from_hub(server: &TestServer, home: &Path) {
+async fn download_from_hub(server: &TestServer, home: &Path, hub: &fake_hub::FakeHub) {
     let (status, body) =
         post_json(server, "/api/models/download", &json!({"repo": "../etc"})).await;
     assert_eq!(status, 400, "{body}");
@@ -286,6 +228,39 @@ async fn download_from_hub(server: &TestServer, home: &Path) {
     )
     .await;
     assert_eq!(status, 202, "{body}");
+    // A slow transfer, cancelled from the API: the `.part` file stays.
+    hub.knobs().delay_per_chunk = Some(Duration::from_millis(30));
+    let (status, body) = post_json(
+        server,
+        "/api/models/download",
+        &json!({"repo": "test-org/qwen3-hub"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let part = home.join("models/qwen3-hub.partial/model.safetensors.part");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < 50_000 {
+        assert!(Instant::now() < deadline, "the download never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, cancelled) = post_json(
+        server,
+        "/api/models/download/cancel",
+        &json!({"repo": "test-org/qwen3-hub"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let kept = std::fs::metadata(&part).expect(".part kept").len();
+    let (status, body) = post_json(
+        server,
+        "/api/models/download/cancel",
+        &json!({"repo": "test-org/qwen3-hub"}),
+    )
+    .await;
+    assert_eq!(status, 404, "nothing to cancel any more: {body}");
+    // Downloading again resumes from the `.part` file.
+    hub.knobs().delay_per_chunk = None;
     let (status, body) = post_json(
         server,
         "/api/models/download",
@@ -297,10 +272,10 @@ async fn download_from_hub(server: &TestServer, home: &Path) {
     let downloads = loop {
         let (_, downloads) = get_json(server, "/api/models/downloads").await;
         let list = downloads.as_array().cloned().unwrap_or_default();
-        if list.len() == 2
+        if list.len() == 3
             && list
                 .iter()
-                .all(|d| d["state"] == "done" || d["state"] == "failed")
+                .all(|d| d["state"] != "listing" && d["state"] != "downloading")
         {
             break list;
         }
@@ -316,8 +291,26 @@ async fn download_from_hub(server: &TestServer, home: &Path) {
             .contains("no repository"),
         "{missing}"
     );
-    let done = &downloads[1];
+    assert_eq!(downloads[1]["state"], "cancelled", "{}", downloads[1]);
+    let done = &downloads[2];
     assert_eq!(done["state"], "done", "{done}");
+    assert!(
+        done["bytes_resumed"].as_u64() >= Some(kept),
+        "{done} {kept}"
+    );
+    assert!(
+        done["files_verified"].as_u64() >= Some(1),
+        "the weights' sha256 was checked: {done}"
+    );
+    let ranges: Vec<_> = hub
+        .log()
+        .into_iter()
+        .filter(|f| f.file == "model.safetensors" && f.range.is_some())
+        .collect();
+    assert!(
+        ranges.iter().any(|f| f.status == 206),
+        "the second download asked for the rest: {ranges:?}"
+    );
     assert_eq!(done["files_done"], done["files_total"]);
     assert_eq!(
         Some(done["bytes_done"].as_u64()),
@@ -709,9 +702,25 @@ fn tokenizer_for_cli(server: &TestServer, dir: &Path) -> PathBuf {
     target
 }
 
-#[test]
-fn ui_browser() {
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+/// Config, tokenizer and 4 MiB of pseudo-random "weights" (the downloader
+/// does not parse files).
+fn small_repository(dir: &Path) {
+    std::fs::write(dir.join("config.json"), br#"{"model_type": "qwen3"}"#).expect("config");
+    std::fs::write(dir.join("tokenizer.json"), br#"{"version": "1.0"}"#).expect("tokenizer");
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let weights: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), weights).expect("weights");
+}
+
+/// Chromium and playwright-core, installed by scripts/setup.sh.
+fn browser_ready() -> PathBuf {
     let root = repo_root();
     assert!(
         ui_built(),
@@ -729,7 +738,58 @@ fn ui_browser() {
         "{} is missing: install Debian's `chromium` (scripts/setup.sh does) or set CHROMIUM",
         chromium.display()
     );
-    let (server, _home) = start_server(None);
+    chromium
+}
+
+/// LAN mode: a server started with `--api-key`; `ui/e2e/key.e2e.mjs` checks
+/// the "key required" state, a wrong key, the right key on every page and
+/// a streamed chat answer, the key kept across a reload, and forgetting it.
+#[test]
+fn ui_browser_api_key() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let root = repo_root();
+    let chromium = browser_ready();
+    let key = "lan-test-key-3f9a";
+    let (server, _home) = start_server_with(None, &["--api-key", key]);
+    let shots = root.join("target/ui-screenshots/api-key");
+    let _ = std::fs::remove_dir_all(&shots);
+    let output = Command::new("node")
+        .arg(root.join("ui/e2e/key.e2e.mjs"))
+        .env("HEARTH_URL", &server.base)
+        .env("HEARTH_TEST_KEY", key)
+        .env("SCREENSHOTS", &shots)
+        .env("CHROMIUM", &chromium)
+        .current_dir(root.join("ui"))
+        .output()
+        .expect("run node ui/e2e/key.e2e.mjs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "browser test failed (screenshots in {}):\n{stdout}\n{}\nserver log:\n{}",
+        shots.display(),
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    assert!(shots.join("key-required.png").is_file());
+}
+
+#[test]
+fn ui_browser() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let root = repo_root();
+    let chromium = browser_ready();
+    // A slow local hub with a small repository, for the Downloads card's
+    // Cancel and Resume (4 MiB at 16 KiB per 40 ms: about 10 s).
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let repo = tempfile::tempdir().expect("tempdir");
+    small_repository(repo.path());
+    let hub = runtime.block_on(fake_hub::FakeHub::start(&[(
+        "test-org/small",
+        repo.path().to_path_buf(),
+    )]));
+    hub.knobs().delay_per_chunk = Some(Duration::from_millis(40));
+    let (server, _home) = start_server(Some(&hub.url));
     let shots = root.join("target/ui-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
     let output = Command::new("node")
@@ -750,4 +810,10 @@ fn ui_browser() {
         server.log_text()
     );
     assert!(shots.join("status.png").is_file());
+    for size in ["900x640", "390x844"] {
+        for theme in ["dark", "light"] {
+            let shot = shots.join(format!("{size}-{theme}-status.png"));
+            assert!(shot.is_file(), "{} missing", shot.display());
+        }
+    }
 }

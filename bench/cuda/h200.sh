@@ -102,11 +102,22 @@ EOF
     $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
         --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name"
     stamp "$name: dummy model written"
-    $H serve --model "/tmp/$name" --port 8000 --max-running 16 --max-queue 256 > "$OUT/hearth-serve-$name.log" 2>&1 &
-    hp=$!
-    python3 -m mlx_lm server --model "/tmp/$name" --port 8081 > "$OUT/mlx-lm-serve-$name.log" 2>&1 &
-    mp=$!
-    for port in 8000 8081; do
+    # Hearth variants ("name:ENV=VAL,ENV=VAL;..."), each its own server, all
+    # measured alternately with mlx_lm.server in one bench run.
+    IFS=';' read -ra variants <<< "${H200_VARIANTS:-hearth:}"
+    pids=() compare="" ports=()
+    for k in "${!variants[@]}"; do
+      IFS=':' read -r vname venv <<< "${variants[$k]}"
+      port=$((8000 + 2 * k))
+      envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+      env "${envs[@]}" HEARTH_STEP_TRACE="/tmp/trace-$name-$vname.tsv" \
+        $H serve --model "/tmp/$name" --port $port --max-running 16 --max-queue 256 \
+        > "/tmp/hearth-serve-$name-$vname.log" 2>&1 &
+      pids+=($!) ports+=($port) compare+="$vname=http://127.0.0.1:$port,"
+    done
+    python3 -m mlx_lm server --model "/tmp/$name" --port 8081 > "/tmp/mlx-lm-serve-$name.log" 2>&1 &
+    pids+=($!) ports+=(8081) compare+="mlx_lm=http://127.0.0.1:8081"
+    for port in "${ports[@]}"; do
       for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
     done
     curl -s localhost:8000/v1/models; echo
@@ -115,25 +126,52 @@ EOF
     # NB: a bare `wait` would also wait for the `tee` process substitution
     # above (bash >= 5.1) and never return: always wait for explicit PIDs.
     warm() {  # port model concurrency
-      local pids=()
+      local wp=()
       for _ in $(seq 1 $3); do
         curl -s -m 150 localhost:$1/v1/completions -H 'content-type: application/json' \
-          -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":16}" >/dev/null &
-        pids+=($!)
+          -d "{\"model\":\"$2\",\"prompt\":\"warm up the kernels please\",\"max_tokens\":64}" >/dev/null &
+        wp+=($!)
       done
-      wait "${pids[@]}"
+      wait "${wp[@]}"
     }
-    for c in 1 16; do warm 8000 default $c & a=$!; warm 8081 "/tmp/$name" $c & b=$!; wait $a $b; done
+    for c in 1 2 16; do
+      wpids=()
+      for port in "${ports[@]}"; do
+        model=default; [[ $port == 8081 ]] && model="/tmp/$name"
+        warm $port "$model" $c & wpids+=($!)
+      done
+      wait "${wpids[@]}"
+    done
     stamp "$name: warmed up"
-    timeout $((${H200_DEADLINE:-570} - SECONDS)) $H bench --compare hearth=http://127.0.0.1:8000,mlx_lm=http://127.0.0.1:8081 \
+    left() { echo $(( ${H200_DEADLINE:-570} - SECONDS )); }
+    timeout $(left) $H bench --compare "$compare" \
         --scenarios sweep --concurrency "${H200_CONC:-1,2,4,8,16}" --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
         --repeats "${H200_REPEATS:-3}" --warmup 0 --tokenizer "$tokdir/tokenizer.json" \
         --json-out "$OUT/h200-$name.json" --markdown-out "$OUT/h200-$name.md" || echo "bench exit $?"
-    curl -s localhost:8000/metrics | grep -E "^hearth_(engine_step_seconds_(sum|count)|generated)" > "$OUT/hearth-metrics-$name.txt" || true
-    kill $hp $mp 2>/dev/null || true
-    wait $hp $mp 2>/dev/null || true
-    stamp "$name: bench done"
-    grep -A14 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
+    stamp "$name: sweep done"
+    first="${compare%%,*}"
+    if [[ ",${H200_INTERF:-}," == *",$name,"* ]]; then
+      timeout $(left) $H bench --compare "$first,mlx_lm=http://127.0.0.1:8081" --scenarios interference \
+          --repeats 3 --warmup 1 --tokenizer "$tokdir/tokenizer.json" \
+          --markdown-out "/tmp/interference-$name.md" || echo "bench exit $?"
+      sed -n '/^## /,$p' "/tmp/interference-$name.md" | head -40
+      stamp "$name: interference done"
+    fi
+    if [[ ",${H200_PREFILL:-}," == *",$name,"* ]]; then
+      timeout $(left) $H bench --compare "$first,mlx_lm=http://127.0.0.1:8081" --scenarios single \
+          --prompt-lengths "${H200_PREFILL_LENGTHS:-4096,16384,32768,53248}" --max-tokens 1 \
+          --repeats 1 --warmup 0 --tokenizer "$tokdir/tokenizer.json" \
+          --markdown-out "/tmp/prefill-$name.md" || echo "bench exit $?"
+      sed -n '/^## /,$p' "/tmp/prefill-$name.md" | head -40
+      stamp "$name: prefill curve done"
+    fi
+    cat /tmp/interference-$name.md /tmp/prefill-$name.md > "$OUT/extra-$name.md" 2>/dev/null || true
+    kill "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+    # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE).
+    python3 bench/cuda/trace_summary.py /tmp/trace-$name-*.tsv | tee -a "$OUT/trace-summary.txt"
+    tail -n 5 /tmp/hearth-serve-$name-*.log
+    grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
   done
   ;;
 diag)

@@ -22,6 +22,11 @@
 //! `BatchKv`). A batched decode step updates only the rows the
 //! [`DecodeStep`] marks active (passenger rows keep their state); a prefill
 //! chunk at position 0 starts from zeros, so a reused row needs no reset.
+//!
+//! The prefix cache (docs/prefix-cache.md) copies a finished row's first
+//! positions and state out ([`BatchKv::copy_row_kv`],
+//! [`BatchKv::copy_row_state`]) and writes them into a new sequence's row
+//! ([`BatchKv::load_row`]), whose prefill then starts after them.
 
 use mlx_rs::{
     ops::{
@@ -130,6 +135,12 @@ impl KvCache {
         self.keys = Some(k);
         self.values = Some(v);
         Ok(())
+    }
+
+    /// Element type of the stored keys (`None` before the first write or
+    /// for a linear-attention layer).
+    pub fn key_dtype(&self) -> Option<mlx_rs::Dtype> {
+        self.keys.as_ref().map(Array::dtype)
     }
 
     /// The buffers, for evaluation.
@@ -441,6 +452,61 @@ impl BatchKv {
         Ok(())
     }
 
+    /// A copy of row `row`'s keys and values at positions `0..len`
+    /// (`[1, kv_heads, len, head_dim]` each), or `None` for a layer without
+    /// keys (linear attention). The copy owns its memory: it does not keep
+    /// the batch buffer alive, so later writes there stay in place.
+    pub fn copy_row_kv(&self, row: usize, len: usize) -> Result<Option<(Array, Array)>> {
+        let (Some(k), Some(v)) = (&self.keys, &self.values) else {
+            return Ok(None);
+        };
+        let (r, l) = (row as i32, len as i32);
+        let k = owned_copy(&k.index((r..r + 1, .., ..l, ..)))?;
+        let v = owned_copy(&v.index((r..r + 1, .., ..l, ..)))?;
+        Ok(Some((k, v)))
+    }
+
+    /// A copy of row `row`'s recurrent state, or `None` for a layer without
+    /// one (attention). Valid only at the row's current position.
+    pub fn copy_row_state(&self, row: usize) -> Result<Option<RecurrentState>> {
+        let Some(st) = &self.state else {
+            return Ok(None);
+        };
+        let r = row as i32;
+        Ok(Some(RecurrentState {
+            conv: owned_copy(&st.conv.index(r..r + 1))?,
+            ssm: owned_copy(&st.ssm.index(r..r + 1))?,
+        }))
+    }
+
+    /// Writes a cached prefix into row `row` of buffers of `shape`: the
+    /// first `len` positions of `kv` (`[1, kv_heads, >= len, head_dim]`)
+    /// and/or the recurrent state taken at position `len`. A prefill chunk
+    /// at `start = len` then continues from there.
+    pub fn load_row(
+        &mut self,
+        shape: BatchShape,
+        row: usize,
+        len: usize,
+        kv: Option<(&Array, &Array)>,
+        state: Option<&RecurrentState>,
+    ) -> Result<()> {
+        if let Some((keys, values)) = kv {
+            self.fit(shape, keys)?;
+            let (r, l) = (row as i32, len as i32);
+            let (Some(k), Some(v)) = (self.keys.as_mut(), self.values.as_mut()) else {
+                unreachable!("fit allocates both buffers");
+            };
+            k.try_index_mut((r..r + 1, .., ..l, ..), keys.index((.., .., ..l, ..)))?;
+            v.try_index_mut((r..r + 1, .., ..l, ..), values.index((.., .., ..l, ..)))?;
+        }
+        if let Some(state) = state {
+            self.fit_state(shape.rows, state)?;
+            self.write_state_rows(row, state.clone())?;
+        }
+        Ok(())
+    }
+
     /// Grows (never shrinks) both buffers to `shape`, keeping their contents.
     fn fit(&mut self, shape: BatchShape, like: &Array) -> Result<()> {
         let (heads, dim, dtype) = (like.dim(1), like.dim(3), like.dtype());
@@ -527,6 +593,14 @@ impl BatchKv {
     }
 }
 
+/// An array with its own buffer holding `a`'s values (exactly: `a * 1` in
+/// `a`'s dtype). A slice of a batch buffer would share, and so pin, the
+/// whole buffer.
+fn owned_copy(a: &Array) -> Result<Array> {
+    let one = Array::from_f32(1.0).as_dtype(a.dtype())?;
+    Ok(a.multiply(one)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,7 +621,7 @@ mod tests {
             assert_eq!(cv.shape(), &[1, 2, total as i32, 4]);
             let expect = ops::concatenate(&all, 2).unwrap();
             assert!(ck.eq_values(&expect).unwrap());
-            assert!(cache.capacity() >= total && cache.capacity() % GROWTH_STEP == 0);
+            assert!(cache.capacity() >= total && cache.capacity().is_multiple_of(GROWTH_STEP));
         }
         assert_eq!(cache.offset(), total);
         // Geometric growth: capacity stays within 25% (+ one step) of use.

@@ -180,7 +180,9 @@ impl HybridConfig {
         };
         let bad = |m: &str| Err(ModelError::config(path, m.to_string()));
         if config.linear_num_key_heads == 0
-            || config.linear_num_value_heads % config.linear_num_key_heads != 0
+            || !config
+                .linear_num_value_heads
+                .is_multiple_of(config.linear_num_key_heads)
         {
             return bad("linear_num_value_heads must be a multiple of linear_num_key_heads");
         }

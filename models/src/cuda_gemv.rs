@@ -34,12 +34,13 @@ static ROWS: AtomicUsize = AtomicUsize::new(0);
 const WARPS: i32 = 8;
 
 const SOURCE: &str = r#"
+    const int N = dims[0];
+    const int VECS = dims[1] / 8;
     const int lane = threadIdx.x & 31;
     const int col = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (col >= N) {
         return;
     }
-    constexpr int VECS = K / 8;
     const uint4* wrow = reinterpret_cast<const uint4*>(w) + (size_t)col * VECS;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     float acc[ROWS];
@@ -120,7 +121,7 @@ fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
         // SAFETY: mlx-c copies the strings; `owned` outlives the call.
         Ok(unsafe { mlx_sys::mlx_vector_string_new_data(ptrs.as_mut_ptr(), ptrs.len()) })
     };
-    let inputs = names(&["x", "w"])?;
+    let inputs = names(&["x", "w", "dims"])?;
     let outputs = names(&["y"])?;
     // SAFETY: plain constructor call with valid C strings and vectors, which
     // are freed right after (mlx-c copies them).
@@ -145,22 +146,63 @@ fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
     }
 }
 
+/// A thread's kernel handle (or why it could not be made), freed when the
+/// thread ends.
+struct Kernel(std::result::Result<mlx_sys::mlx_fast_cuda_kernel, &'static str>);
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if let Ok(kernel) = self.0 {
+            // SAFETY: created by `new_kernel`, freed once, here.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel) };
+        }
+    }
+}
+
+thread_local! {
+    static KERNEL: Kernel = Kernel(new_kernel().map_err(|e| {
+        tracing::warn!(error = %e, "cuda gemv: creating the kernel failed");
+        "creating the kernel failed"
+    }));
+
+    /// `[N, K]` of each matrix shape seen, kept on the device: one small
+    /// array per shape instead of a host-to-device copy per call.
+    static DIMS: std::cell::RefCell<std::collections::HashMap<(i32, i32), Array>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn dims_array(n: i32, k: i32) -> Array {
+    DIMS.with(|dims| {
+        dims.borrow_mut()
+            .entry((n, k))
+            .or_insert_with(|| Array::from_slice(&[n, k], &[2]))
+            .clone()
+    })
+}
+
+/// Launches the kernel. Only the element type and the row count are
+/// template arguments (N and K are read from `dims`), so MLX compiles one
+/// module per row count, all of them in [`enable`]'s self-check, instead of
+/// one per matrix shape and row count in the middle of serving (each an
+/// NVRTC compile of about a second: the stalls of bench/results/h200-2026-11-29-s3).
 fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     let fail = |what: &str| ModelError::Mlx(format!("cuda gemv: {what}"));
     let dtype = w.dtype();
     let c = |s: &str| CString::new(s).map_err(|_| fail("bad string"));
-    // A new kernel handle per call, as measured on the H200 (run C of
-    // bench/results/h200-2026-11-29-gemv.md); MLX caches the compiled
-    // module by name and template arguments. A build that created the
-    // handle once collapsed at two streams there, cause not found yet.
-    let kernel = new_kernel().map_err(|e| fail(&e))?;
+    // One kernel handle per thread (the engine thread), created on first
+    // use: a handle per call cost host time on every one of the ~250
+    // matmuls of a decode step, which made a single stream 30% slower
+    // (run 2 of bench/results/h200-2026-11-29-s3). MLX caches the compiled
+    // module by name and template arguments.
+    let kernel = KERNEL.with(|k| k.0.map_err(fail))?;
     let t = c("T")?;
-    let (tn, tk, tr) = (c("N")?, c("K")?, c("ROWS")?);
+    let tr = c("ROWS")?;
+    let dims = dims_array(n, k);
     let stream = Stream::thread_local_or_default();
-    // SAFETY: every handle below is created here and freed before
-    // returning; the kernel reads `rows * K` elements of `x` and `N * K` of
-    // `w` (row-contiguous, ensured by MLX) and writes each of the
-    // `rows * N` outputs exactly once.
+    // SAFETY: the config and vectors below are created here and freed before
+    // returning; the kernel reads `dims` = [N, K], `rows * K` elements of
+    // `x` and `N * K` of `w` (row-contiguous, ensured by MLX) and writes
+    // each of the `rows * N` outputs exactly once.
     unsafe {
         let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
         let shape = [rows, n];
@@ -179,11 +221,9 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
             t.as_ptr(),
             dtype.into(),
         );
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tn.as_ptr(), n);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tk.as_ptr(), k);
         status |=
             mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tr.as_ptr(), rows);
-        let in_ptrs = [x.as_ptr(), w.as_ptr()];
+        let in_ptrs = [x.as_ptr(), w.as_ptr(), dims.as_ptr()];
         let inputs = mlx_sys::mlx_vector_array_new_data(in_ptrs.as_ptr(), in_ptrs.len());
         let mut outputs = mlx_sys::mlx_vector_array_new();
         if status == 0 {
@@ -207,7 +247,6 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
         mlx_sys::mlx_vector_array_free(outputs);
         mlx_sys::mlx_vector_array_free(inputs);
         mlx_sys::mlx_fast_cuda_kernel_config_free(config);
-        mlx_sys::mlx_fast_cuda_kernel_free(kernel);
         result.ok_or_else(|| fail("launching the kernel"))
     }
 }

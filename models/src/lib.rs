@@ -36,7 +36,7 @@ pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use model::Model;
 pub use tokenizer::Tokenizer;
-pub use weights::Weights;
+pub use weights::{LoadProgress, Weights};
 
 /// What a model was loaded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,16 +75,25 @@ impl LoadedModel {
 
 /// Loads the config, weights and tokenizer at `path` (folder or `.gguf`).
 pub fn load(path: &Path) -> Result<LoadedModel> {
+    load_with_progress(path, &mut |_| {})
+}
+
+/// [`load`], calling `progress` as the weights are read (tensors and bytes
+/// of the total: from nothing done to everything, see [`weights::read_all`]).
+pub fn load_with_progress(
+    path: &Path,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<LoadedModel> {
     let (config, mut weights, tokenizer, format) = if is_gguf(path) {
         let meta = gguf::GgufMetadata::read(path)?;
         let config = ModelConfig::from_gguf(&meta, path)?;
         let tokenizer = Tokenizer::from_gguf(&meta, path)?;
-        let weights = Weights::from_gguf(path, &config)?;
+        let weights = Weights::from_gguf_with_progress(path, &config, progress)?;
         (config, weights, tokenizer, ModelFormat::Gguf)
     } else if path.is_dir() {
         let config = ModelConfig::from_dir(path)?;
         let tokenizer = Tokenizer::from_dir(path)?;
-        let weights = Weights::from_dir(path, &config)?;
+        let weights = Weights::from_dir_with_progress(path, &config, progress)?;
         (config, weights, tokenizer, ModelFormat::Folder)
     } else {
         return Err(ModelError::io(

@@ -122,7 +122,8 @@ impl MoeConfig {
 
     /// Whether layer `layer` (0-based) has a sparse MoE block.
     pub fn is_sparse_layer(&self, layer: usize) -> bool {
-        !self.mlp_only_layers.contains(&layer) && (layer + 1) % self.decoder_sparse_step == 0
+        !self.mlp_only_layers.contains(&layer)
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
     }
 }
 
@@ -514,8 +515,8 @@ fn quant_params(
     let groups = scales.dim(-1) as usize;
     let fits = in_features > 0
         && groups > 0
-        && packed % in_features == 0
-        && in_features % groups == 0
+        && packed.is_multiple_of(in_features)
+        && in_features.is_multiple_of(groups)
         && scales.shape()[..scales.ndim() - 1] == weight.shape()[..weight.ndim() - 1];
     let (bits, group_size) = if fits {
         (packed / in_features, in_features / groups)

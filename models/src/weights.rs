@@ -7,6 +7,12 @@
 //! by their `.scales` companion (as mlx-lm does); their bit width is checked
 //! against the tensor shapes so a wrong config fails at load with the
 //! tensor's name.
+//!
+//! Loading reads every tensor into memory before the model is built
+//! ([`read_all`]), in batches, reporting [`LoadProgress`] (tensors and bytes
+//! read of the total) so a server can show a real progress bar. MLX reads
+//! safetensors lazily, so this is where the file bytes are read; a GGUF file
+//! is read by MLX in one call, after which its renamed tensors are counted.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -19,6 +25,60 @@ use crate::{
     config::{ModelConfig, QuantConfig, QuantParams},
     error::{ModelError, Result},
 };
+
+/// How far reading a model's weights has got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadProgress {
+    pub tensors_done: usize,
+    pub tensors_total: usize,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// Bytes evaluated per batch while reading weights: large enough that the
+/// per-call overhead is nothing, small enough for a smooth progress bar.
+const READ_BATCH_BYTES: u64 = 64 << 20;
+
+/// Evaluates (reads into memory) every tensor of `tensors` in name order,
+/// in batches of about [`READ_BATCH_BYTES`], calling `progress` first with
+/// nothing done and then after each batch; the last call has
+/// `bytes_done == bytes_total`.
+pub fn read_all(
+    tensors: &HashMap<String, Array>,
+    source: &Path,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<()> {
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let mut state = LoadProgress {
+        tensors_total: names.len(),
+        bytes_total: tensors.values().map(|a| a.nbytes() as u64).sum(),
+        ..LoadProgress::default()
+    };
+    progress(state);
+    let mut batch: Vec<&Array> = Vec::new();
+    let mut batch_bytes = 0u64;
+    for (i, name) in names.iter().enumerate() {
+        let array = &tensors[*name];
+        batch.push(array);
+        batch_bytes += array.nbytes() as u64;
+        if batch_bytes >= READ_BATCH_BYTES || i + 1 == names.len() {
+            mlx_rs::transforms::eval(batch.iter().copied()).map_err(|e| ModelError::Weights {
+                path: source.to_path_buf(),
+                message: format!("cannot read tensors (up to `{name}`): {e}"),
+            })?;
+            state.tensors_done += batch.len();
+            state.bytes_done += batch_bytes;
+            progress(state);
+            batch.clear();
+            batch_bytes = 0;
+        }
+    }
+    if names.is_empty() {
+        progress(state);
+    }
+    Ok(())
+}
 
 /// Group size of GGUF's Q4_0 / Q4_1 / Q8_0 blocks.
 pub const GGUF_GROUP_SIZE: i32 = 32;
@@ -56,6 +116,16 @@ impl Weights {
 
     /// Loads every safetensors shard of a model folder.
     pub fn from_dir(dir: &Path, config: &ModelConfig) -> Result<Self> {
+        Self::from_dir_with_progress(dir, config, &mut |_| {})
+    }
+
+    /// [`Weights::from_dir`], reading the tensors with progress reports
+    /// ([`read_all`]).
+    pub fn from_dir_with_progress(
+        dir: &Path,
+        config: &ModelConfig,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self> {
         let files = safetensors_files(dir)?;
         let mut tensors = HashMap::new();
         for file in &files {
@@ -67,6 +137,7 @@ impl Weights {
             tensors.extend(loaded);
         }
         tensors.retain(|name, _| !name.contains("rotary_emb.inv_freq"));
+        read_all(&tensors, dir, progress)?;
         Ok(Weights::new(
             tensors,
             config.quantization.clone(),
@@ -78,6 +149,16 @@ impl Weights {
     /// Loads a GGUF file's tensors, renamed to Hugging Face names and with
     /// Llama's Q/K rows restored to Hugging Face's rotary layout.
     pub fn from_gguf(path: &Path, config: &ModelConfig) -> Result<Self> {
+        Self::from_gguf_with_progress(path, config, &mut |_| {})
+    }
+
+    /// [`Weights::from_gguf`] with progress reports ([`read_all`]; MLX reads
+    /// the file itself in one call before the first report).
+    pub fn from_gguf_with_progress(
+        path: &Path,
+        config: &ModelConfig,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self> {
         let file = GgufFile::load(path).map_err(|e| ModelError::Weights {
             path: path.to_path_buf(),
             message: format!("cannot read GGUF tensors: {e}"),
@@ -98,6 +179,7 @@ impl Weights {
             };
             tensors.insert(hf, array);
         }
+        read_all(&tensors, path, progress)?;
         Ok(Weights::new(
             tensors,
             None,

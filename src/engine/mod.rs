@@ -11,6 +11,8 @@
 //!
 //! The engine never knows about HTTP: the server and the CLI are callers.
 
+pub mod constraint;
+pub mod fit;
 pub mod sampling;
 pub mod stop;
 pub mod text;

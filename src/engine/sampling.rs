@@ -18,7 +18,11 @@
 //!    prompt + output, then the presence and frequency penalties (OpenAI:
 //!    `logit -= presence * [count > 0] + frequency * count`) over the output
 //!    tokens, then `logit_bias` is added;
-//! 4. greedy rows (temperature below [`GREEDY_TEMPERATURE`]) take the argmax
+//! 4. a row with a grammar ([`SamplingParams::grammar`], structured output)
+//!    has every token the grammar does not allow next set to `-inf`: the
+//!    allowed set is computed on the host (llguidance, see
+//!    [`super::constraint`]) while the device runs the forward pass;
+//! 5. greedy rows (temperature below [`GREEDY_TEMPERATURE`]) take the argmax
 //!    here; the others are divided by the temperature, truncated by top-k,
 //!    then top-p (nucleus, over the top-k survivors renormalised), then min-p
 //!    (relative to the most likely token), and one token is drawn from what
@@ -50,6 +54,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use mlx_rs::ops::indexing::{argmax_axis, TryIndexOp};
 use mlx_rs::ops::{argpartition_axis, maximum, select, softmax_axis, sort_axis, zeros};
 use mlx_rs::{random, transforms, Array, Dtype};
+
+use super::constraint::{CompiledGrammar, TokenConstraint};
 
 /// Temperatures below this are treated as greedy decoding (vLLM uses the same
 /// cut-off): dividing by a smaller value would overflow `f32` logits.
@@ -95,6 +101,9 @@ pub struct SamplingParams {
     /// Also report this many most likely tokens with their logprobs,
     /// `0..=`[`MAX_TOP_LOGPROBS`]. A non-zero value implies `logprobs`.
     pub top_logprobs: usize,
+    /// Structured output: every sampled token must keep the text valid
+    /// for this grammar; `None` is unconstrained.
+    pub grammar: Option<CompiledGrammar>,
 }
 
 impl Default for SamplingParams {
@@ -112,6 +121,7 @@ impl Default for SamplingParams {
             seed: None,
             logprobs: false,
             top_logprobs: 0,
+            grammar: None,
         }
     }
 }
@@ -282,6 +292,8 @@ pub struct Sampler {
     /// How often each token occurs in the output (empty when the presence
     /// and frequency penalties are off).
     output_counts: HashMap<u32, u32>,
+    /// This sequence's grammar state (structured output).
+    constraint: Option<TokenConstraint>,
 }
 
 /// What one row contributes to the truncation step (each field is already
@@ -313,6 +325,7 @@ impl Sampler {
             recent: VecDeque::new(),
             recent_counts: HashMap::new(),
             output_counts: HashMap::new(),
+            constraint: params.grammar.as_ref().map(CompiledGrammar::start),
             params,
         };
         if sampler.repetition_on() {
@@ -343,6 +356,9 @@ impl Sampler {
         }
         if self.params.presence_penalty != 0.0 || self.params.frequency_penalty != 0.0 {
             *self.output_counts.entry(token).or_insert(0) += 1;
+        }
+        if let Some(constraint) = &mut self.constraint {
+            constraint.advance(token);
         }
     }
 
@@ -431,6 +447,12 @@ impl Sampler {
             });
         }
         check_dtype(logits)?;
+        let constrained = samplers.iter().any(|s| s.constraint.is_some());
+        if constrained {
+            // Start the forward pass now; the grammar masks are computed on
+            // the host meanwhile.
+            transforms::async_eval([logits]).context("starting the forward pass")?;
+        }
         let mut pending = PendingBatch {
             tokens: Array::from_slice::<u32>(&[], &[0]),
             chosen: None,
@@ -466,7 +488,10 @@ impl Sampler {
             None
         };
 
-        let adjusted = apply_adjustments(&raw, samplers, vocab)?;
+        let mut adjusted = apply_adjustments(&raw, samplers, vocab)?;
+        if constrained {
+            adjusted = apply_grammar_masks(&adjusted, samplers, batch, vocab)?;
+        }
         pending.tokens = if samplers.iter().all(|s| s.is_greedy()) {
             argmax_axis(&adjusted, -1, false).context("taking the argmax of the logits")?
         } else {
@@ -502,6 +527,15 @@ impl Sampler {
         self.repetition_on()
             || self.params.presence_penalty != 0.0
             || self.params.frequency_penalty != 0.0
+            || self.constraint.is_some()
+    }
+
+    /// Whether this sequence's grammar is complete: only an end-of-sequence
+    /// token may follow (`false` when unconstrained).
+    pub fn grammar_complete(&self) -> bool {
+        self.constraint
+            .as_ref()
+            .is_some_and(TokenConstraint::is_complete)
     }
 
     fn is_greedy(&self) -> bool {
@@ -521,7 +555,10 @@ impl Sampler {
 
     /// Greedy with nothing to compute but the argmax.
     fn is_plain_greedy(&self) -> bool {
-        self.is_greedy() && !self.wants_logprobs() && !self.has_adjustments()
+        self.is_greedy()
+            && !self.wants_logprobs()
+            && !self.has_adjustments()
+            && self.constraint.is_none()
     }
 
     fn repetition_on(&self) -> bool {
@@ -781,6 +818,28 @@ fn apply_adjustments(
             .reshape(logits.shape())
     };
     edited().context("applying penalties and logit bias")
+}
+
+/// Sets the logits of tokens a row's grammar does not allow to `-inf`;
+/// rows without a grammar keep every logit as it is.
+fn apply_grammar_masks(
+    logits: &Array,
+    samplers: &mut [&mut Sampler],
+    batch: i32,
+    vocab: i32,
+) -> Result<Array, SamplingError> {
+    let vocab_len = usize::try_from(vocab).unwrap_or(0);
+    let mut allowed = vec![true; samplers.len() * vocab_len];
+    for (row, sampler) in samplers.iter_mut().enumerate() {
+        if let Some(constraint) = &mut sampler.constraint {
+            constraint.fill_allowed(&mut allowed[row * vocab_len..(row + 1) * vocab_len]);
+        }
+    }
+    let masked = || -> Result<Array, mlx_rs::error::Exception> {
+        let allowed = Array::from_slice(&allowed, &[batch, vocab]);
+        select(&allowed, logits, Array::from_f32(f32::NEG_INFINITY))
+    };
+    masked().context("applying the grammar masks")
 }
 
 /// Temperature, truncation and the Gumbel-max draw for a batch with at least

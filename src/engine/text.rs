@@ -69,4 +69,10 @@ impl<'a> TextStream<'a> {
     pub fn stopped(&self) -> bool {
         self.stopped
     }
+
+    /// Which stop string (index into the `stops` given to [`TextStream::new`])
+    /// ended the text, if one did.
+    pub fn matched_stop(&self) -> Option<usize> {
+        self.stops.stopped()
+    }
 }

@@ -20,6 +20,8 @@ use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
+    prefix_cache::{self, PrefixCache, Snapshot},
+    trace::{StepStats, StepTrace},
     Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
     SchedulerHandle, Shared, Submission,
 };
@@ -29,7 +31,11 @@ use crate::engine::sampling::{PendingBatch, Sampled, Sampler};
 /// so prefills always progress.
 const MIN_PREFILL_PER_STEP: usize = 32;
 
-pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<SchedulerHandle> {
+pub(super) fn start(
+    path: PathBuf,
+    config: SchedulerConfig,
+    mut load_progress: Box<dyn FnMut(hearth_models::LoadProgress) + Send>,
+) -> anyhow::Result<SchedulerHandle> {
     let (commands, command_rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
     let metrics = Arc::new(Metrics::default());
@@ -38,7 +44,11 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
     let thread = std::thread::Builder::new()
         .name("hearth-engine".into())
         .spawn(move || {
-            let loaded = match hearth_models::load(&path) {
+            if let Err(e) = crate::engine::fit::check(&path) {
+                let _ = ready_tx.send(Err(anyhow::Error::new(e)));
+                return;
+            }
+            let loaded = match hearth_models::load_with_progress(&path, &mut load_progress) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(anyhow::Error::new(e)));
@@ -49,9 +59,9 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
             let eos_token_ids = loaded.eos_token_ids();
             let model = loaded.model;
             let config_m = model.config.clone();
-            let kv_bytes_per_token = config_m.kv_bytes_per_token(activation_bytes(&model));
-            let state_bytes_per_sequence =
-                config_m.state_bytes_per_sequence(activation_bytes(&model));
+            let element_bytes = activation_bytes(&model);
+            let kv_bytes_per_token = config_m.kv_bytes_per_token(element_bytes);
+            let state_bytes_per_sequence = config_m.state_bytes_per_sequence(element_bytes);
             let info = ModelInfo {
                 id: path
                     .file_name()
@@ -70,13 +80,21 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
                 .kv_memory_budget
                 .unwrap_or_else(|| default_kv_budget(info.weight_bytes));
             let tokenizer = Arc::new(loaded.tokenizer);
-            if ready_tx
-                .send(Ok((info.clone(), tokenizer, kv_budget)))
-                .is_err()
-            {
+            let ready = (info.clone(), tokenizer, kv_budget);
+            let warmup = thread_config.warmup;
+            let mut engine = EngineLoop::new(model, info, thread_config, kv_budget, thread_metrics);
+            if warmup {
+                match engine.warm_up() {
+                    Ok((steps, took)) => tracing::info!(steps, ?took, "warmed up"),
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.context("warming up the model")));
+                        return;
+                    }
+                }
+            }
+            if ready_tx.send(Ok(ready)).is_err() {
                 return;
             }
-            let mut engine = EngineLoop::new(model, info, thread_config, kv_budget, thread_metrics);
             engine.run(command_rx);
         })
         .context("spawning the engine thread")?;
@@ -96,18 +114,20 @@ pub(super) fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Sc
     Ok(SchedulerHandle { commands, shared })
 }
 
-/// On MLX's CUDA backend, decode steps of a few rows use Hearth's
+/// On MLX's CUDA backend, decode steps of 2..=4 rows use Hearth's
 /// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
-/// self-check, when `HEARTH_CUDA_GEMV=MIN-MAX` (rows) asks for it. Off by
-/// default: `1-8` measured 1.97x at two streams on the H200 but a slower
-/// single stream, and a `2-2` build collapsed at two streams for reasons
-/// not found yet (bench/results/h200-2026-11-29-gemv.md).
+/// self-check; `HEARTH_CUDA_GEMV=MIN-MAX` (rows) picks another range and
+/// `off` turns it off. The default is what measured best end to end on the
+/// H200 (bench/results/h200-2026-11-29-s3, run 5): with the kernel for
+/// 2..=8 rows an 8B model's 2- and 4-stream speed-ups went from 1.31x /
+/// 2.30x to 1.77x / 3.08x in the same run, while one row (MLX's own GEMV)
+/// and 8 rows (MLX's GEMM) were faster without it.
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv;
     if crate::device::DeviceInfo::detect().backend != "cuda" {
         return;
     }
-    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "off".into());
+    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "2-4".into());
     if setting == "off" {
         cuda_gemv::disable();
         return;
@@ -125,12 +145,26 @@ fn enable_cuda_gemv() {
     }
 }
 
-/// Bytes per element of the activations (and so of the KV cache).
+/// Bytes per element of the KV cache, as a one-token forward stores it.
+/// The declared activation type can understate it: GGUF files keep norm
+/// weights in f32, which promotes f16 activations (SmolLM2 Q4_1 stores f32
+/// keys: twice what the declared type gives). Falls back to the declared
+/// type if the probe fails.
 fn activation_bytes(model: &Model) -> usize {
-    match model.activation_dtype() {
-        mlx_rs::Dtype::Float32 => 4,
+    let size = |dtype: mlx_rs::Dtype| match dtype {
+        mlx_rs::Dtype::Float32 | mlx_rs::Dtype::Int32 | mlx_rs::Dtype::Uint32 => 4,
+        mlx_rs::Dtype::Float64 | mlx_rs::Dtype::Int64 | mlx_rs::Dtype::Uint64 => 8,
         _ => 2,
-    }
+    };
+    let probe = || -> Option<usize> {
+        let mut caches = model.new_cache();
+        let mut views: Vec<CacheView> = caches.iter_mut().map(CacheView::Single).collect();
+        let ids = Array::from_slice(&[0i32], &[1, 1]);
+        model.forward(&ids, &mut views, true).ok()?;
+        drop(views);
+        caches.iter().filter_map(|c| c.key_dtype()).map(size).max()
+    };
+    probe().unwrap_or_else(|| size(model.activation_dtype()))
 }
 
 /// Without a configured budget, KV caches may use 60% of the memory that is
@@ -148,6 +182,16 @@ struct Sequence {
     prompt_len: usize,
     /// Prompt tokens already in the cache.
     prefilled: usize,
+    /// Prompt tokens taken from the prefix cache.
+    cached: usize,
+    /// Positions whose KV (and recurrent state) the row's buffers hold,
+    /// counting a token fed by a decode step still on the device.
+    fed: usize,
+    /// Tokens sampled so far, in order (a finished sequence's prompt and
+    /// output become a prefix-cache entry).
+    output: Vec<u32>,
+    /// Recurrent-state snapshots taken while prefilling (Qwen3.5).
+    snapshots: Vec<Snapshot>,
     /// Tokens sampled so far.
     generated: usize,
     /// Most tokens to sample (request's max, clamped to the context).
@@ -203,6 +247,12 @@ struct EngineLoop {
     waiting: VecDeque<Box<Submission>>,
     running: Vec<Sequence>,
     in_flight: Option<InFlight>,
+    prefix: PrefixCache,
+    trace: Option<StepTrace>,
+    /// Commands from the handles (set while `run` runs).
+    commands: Option<mpsc::Receiver<Command>>,
+    /// A shutdown command arrived in the middle of a step.
+    stop_requested: bool,
 }
 
 impl EngineLoop {
@@ -214,7 +264,11 @@ impl EngineLoop {
         metrics: Arc<Metrics>,
     ) -> Self {
         let kv = (0..model.num_layers()).map(|_| BatchKv::new()).collect();
-        EngineLoop {
+        let prefix = PrefixCache::new(
+            config.prefix_cache_budget(kv_budget),
+            prefix_cache::MIN_REUSE_TOKENS,
+        );
+        let engine = EngineLoop {
             model,
             info,
             config,
@@ -226,41 +280,57 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             in_flight: None,
-        }
+            prefix,
+            trace: StepTrace::from_env(),
+            commands: None,
+            stop_requested: false,
+        };
+        engine.publish_prefix();
+        engine
     }
 
     fn run(&mut self, commands: mpsc::Receiver<Command>) {
+        self.commands = Some(commands);
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
                 self.release_memory();
-                match commands.recv() {
-                    Ok(cmd) => {
+                if let Some(trace) = &mut self.trace {
+                    trace.idle();
+                }
+                match self.commands.as_ref().map(mpsc::Receiver::recv) {
+                    Some(Ok(cmd)) => {
                         if !self.handle(cmd) {
                             break;
                         }
                     }
-                    Err(_) => break,
+                    _ => break,
                 }
             }
-            let mut stop = false;
-            while let Ok(cmd) = commands.try_recv() {
-                if !self.handle(cmd) {
-                    stop = true;
-                }
-            }
-            if stop {
+            self.take_commands();
+            if self.stop_requested {
                 break;
             }
             self.drop_cancelled();
             self.admit();
             if !self.running.is_empty() {
                 let started = Instant::now();
-                if let Err(e) = self.step() {
-                    tracing::error!(error = %e, "engine step failed");
-                    self.fail_all(&format!("engine error: {e}"));
+                let stats = match self.step() {
+                    Ok(stats) => stats,
+                    Err(e) => {
+                        tracing::error!(error = %e, "engine step failed");
+                        self.fail_all(&format!("engine error: {e}"));
+                        StepStats::default()
+                    }
+                };
+                let ended = Instant::now();
+                self.metrics.record_step(ended - started);
+                if let Some(trace) = &mut self.trace {
+                    trace.record(started, ended, stats);
                 }
-                self.metrics.record_step(started.elapsed());
                 self.publish_kv();
+                if self.stop_requested {
+                    break;
+                }
             } else if !self.waiting.is_empty() {
                 // Nothing runs and the head does not fit: wait for commands.
                 std::thread::sleep(Duration::from_millis(5));
@@ -270,6 +340,73 @@ impl EngineLoop {
         self.release_memory();
     }
 
+    /// Runs synthetic jobs through the real step loop before serving: one
+    /// round with a prompt of two chunks, then rounds of 2..=`max_running`
+    /// concurrent short prompts, 4 tokens each, so every decode batch size
+    /// and both prefill paths have run once. On MLX's CUDA backend each new
+    /// kernel is compiled on first use (seconds); without this the first
+    /// request at each new batch size stalls every stream in the batch
+    /// (bench/results/h200-2026-11-29-s3). The counters of the real metrics
+    /// are not touched; returns the steps run and the time taken.
+    fn warm_up(&mut self) -> anyhow::Result<(usize, Duration)> {
+        let real = std::mem::replace(&mut self.metrics, Arc::new(Metrics::default()));
+        let started = Instant::now();
+        let vocab = self.info.config.vocab_size.clamp(1, 4096);
+        let mut steps = 0;
+        let mut next_id = u64::MAX / 2;
+        let mut result = Ok(());
+        'rounds: for rows in 1..=self.config.max_running.max(1) {
+            let mut receivers = Vec::with_capacity(rows);
+            for j in 0..rows {
+                let len = if rows == 1 {
+                    self.config.prefill_chunk + 5
+                } else {
+                    8 + j
+                };
+                let len = len.min(self.info.context_length.saturating_sub(8)).max(1);
+                let prompt_tokens = (0..len).map(|i| ((i * 7 + j) % vocab) as u32).collect();
+                let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+                receivers.push(rx);
+                self.waiting.push_back(Box::new(Submission {
+                    id: next_id,
+                    job: super::Job {
+                        prompt_tokens,
+                        max_tokens: 4,
+                        sampling: Default::default(),
+                        stop_at_eos: false,
+                    },
+                    events,
+                    cancelled: Default::default(),
+                    submitted: Instant::now(),
+                }));
+                next_id += 1;
+            }
+            while !self.waiting.is_empty() || !self.running.is_empty() {
+                self.admit();
+                if self.running.is_empty() {
+                    break 'rounds; // the KV budget admits no more rows
+                }
+                if let Err(e) = self.step() {
+                    result = Err(e);
+                    break 'rounds;
+                }
+                steps += 1;
+            }
+        }
+        self.in_flight = None;
+        self.cancel_everything();
+        // What the synthetic jobs left in the prefix cache goes (its copy
+        // kernels have run once, which is the point).
+        self.prefix = PrefixCache::new(
+            self.config.prefix_cache_budget(self.kv_budget),
+            prefix_cache::MIN_REUSE_TOKENS,
+        );
+        self.release_memory();
+        self.metrics = real;
+        self.publish_prefix();
+        result.map(|()| (steps, started.elapsed()))
+    }
+
     /// Returns false on shutdown.
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
@@ -277,8 +414,22 @@ impl EngineLoop {
                 self.waiting.push_back(sub);
                 true
             }
-            Command::Shutdown => false,
+            Command::Shutdown => {
+                self.stop_requested = true;
+                false
+            }
         }
+    }
+
+    /// Takes the commands that arrived (without waiting); returns whether a
+    /// job was submitted.
+    fn take_commands(&mut self) -> bool {
+        let mut submitted = false;
+        while let Some(cmd) = self.commands.as_ref().and_then(|c| c.try_recv().ok()) {
+            submitted |= matches!(cmd, Command::Submit(_));
+            self.handle(cmd);
+        }
+        submitted
     }
 
     fn drop_cancelled(&mut self) {
@@ -325,15 +476,34 @@ impl EngineLoop {
             let Some(sub) = self.waiting.pop_front() else {
                 break;
             };
+            // Look up before evicting for room (the hit holds its arrays);
+            // cached prefixes give way to running sequences.
+            let hit = self.prefix.lookup(&sub.job.prompt_tokens);
+            self.prefix.shrink_to(self.kv_budget.saturating_sub(bytes));
+            self.publish_prefix();
             let row = self.rows.acquire();
             self.shape = target;
+            let cached = match hit {
+                Some(hit) => match prefix_cache::load(&mut self.kv, self.shape, row, &hit) {
+                    Ok(()) => hit.tokens,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "prefix cache load failed; prefilling all");
+                        0
+                    }
+                },
+                None => 0,
+            };
             self.metrics.record_admitted(prompt_len);
             let now = Instant::now();
             let sampler = Sampler::new(sub.job.sampling.clone(), &sub.job.prompt_tokens);
             self.running.push(Sequence {
                 row,
                 prompt_len,
-                prefilled: 0,
+                prefilled: cached,
+                cached,
+                fed: cached,
+                output: Vec::new(),
+                snapshots: Vec::new(),
                 generated: 0,
                 max_tokens,
                 sampler,
@@ -350,14 +520,20 @@ impl EngineLoop {
     /// Prompt chunks first, so a short prompt that completes here samples its
     /// first token before this step's decode pass (and joins it); the step
     /// takes as long either way.
-    fn step(&mut self) -> anyhow::Result<()> {
+    fn step(&mut self) -> anyhow::Result<StepStats> {
         let decoders = self.running.iter().filter(|s| s.decoding()).count();
         let mut budget = self
             .config
             .step_token_budget
             .saturating_sub(decoders)
             .max(MIN_PREFILL_PER_STEP);
+        let mut prefill_tokens = 0;
         while budget > 0 {
+            // A request that arrived during the last chunk is admitted now:
+            // it waits for one chunk of a long prompt, not the whole step.
+            if prefill_tokens > 0 && self.take_commands() {
+                self.admit();
+            }
             // Shortest remaining prompt first: short requests get their
             // first token soon even while a long prompt is being read.
             let Some(i) = self
@@ -374,8 +550,11 @@ impl EngineLoop {
             let chunk = remaining.min(self.config.prefill_chunk.max(1)).min(budget);
             self.prefill_chunk(i, chunk)?;
             budget -= chunk;
+            prefill_tokens += chunk;
         }
-        self.decode_step()
+        let mut stats = self.decode_step()?;
+        stats.prefill_tokens = prefill_tokens;
+        Ok(stats)
     }
 
     /// One batched decode forward over every decoding sequence.
@@ -387,7 +566,7 @@ impl EngineLoop {
     /// (sending, detokenizing in the server, admitting, building the next
     /// graph) overlaps the device's work. A sequence that ends on a token
     /// read this way has one extra token computed, which is dropped.
-    fn decode_step(&mut self) -> anyhow::Result<()> {
+    fn decode_step(&mut self) -> anyhow::Result<StepStats> {
         let pipelined = self.config.pipeline_decode
             && self.running.iter().all(|s| !s.sampler.depends_on_history());
         if !pipelined {
@@ -397,7 +576,8 @@ impl EngineLoop {
             .filter(|&i| self.running[i].wants_decode())
             .collect();
         if decoding.is_empty() {
-            return self.drain_in_flight();
+            self.drain_in_flight()?;
+            return Ok(StepStats::default());
         }
         let previous = self.in_flight.take();
         let span = self.rows.span();
@@ -409,12 +589,13 @@ impl EngineLoop {
         // Rows that decode this step; the others (free, mid-prefill, or
         // waiting for their last in-flight token) keep their recurrent state.
         let mut active = vec![false; span];
-        for (i, s) in self.running.iter().enumerate() {
+        for (i, s) in self.running.iter_mut().enumerate() {
             positions[s.row] = s.next_position();
             if !decoding.contains(&i) {
                 continue;
             }
             active[s.row] = true;
+            s.fed = positions[s.row] + 1;
             match previous.as_ref().filter(|_| s.in_flight) {
                 Some(prev) => {
                     let k = prev.ids.iter().position(|&id| id == s.sub.id);
@@ -472,6 +653,12 @@ impl EngineLoop {
             Sampler::prepare_batch(&mut samplers, &logits)?
         };
         let ids: Vec<u64> = decoding.iter().map(|&i| self.running[i].sub.id).collect();
+        let stats = StepStats {
+            decode_rows: decoding.len(),
+            prefill_tokens: 0,
+            span,
+            pipelined,
+        };
         if pipelined {
             transforms::async_eval(pending.arrays())?;
             if let Some(prev) = previous {
@@ -483,11 +670,11 @@ impl EngineLoop {
                 }
             }
             self.in_flight = Some(InFlight { pending, ids });
-            Ok(())
         } else {
             transforms::eval(pending.arrays())?;
-            self.deliver(InFlight { pending, ids })
+            self.deliver(InFlight { pending, ids })?;
         }
+        Ok(stats)
     }
 
     /// Reads back and sends the tokens of the step in flight, if any.
@@ -539,6 +726,8 @@ impl EngineLoop {
         let logits = self.model.forward(&ids, &mut views, true)?;
         drop(views);
         self.running[i].prefilled += chunk;
+        self.running[i].fed = start + chunk;
+        self.prefix_snapshot(i, start)?;
         if last {
             let logits = logits.reshape(&[1, -1])?;
             let sampled = self.running[i].sampler.sample(&logits)?;
@@ -556,6 +745,7 @@ impl EngineLoop {
         let seq = &mut self.running[i];
         seq.generated += 1;
         seq.last_token = sampled.token;
+        seq.output.push(sampled.token);
         if seq.first_token_at.is_none() {
             seq.first_token_at = Some(now);
             self.metrics
@@ -585,14 +775,17 @@ impl EngineLoop {
     }
 
     fn finish(&mut self, i: usize, reason: FinishReason) {
-        let seq = self.running.swap_remove(i);
+        let mut seq = self.running.swap_remove(i);
+        if reason != FinishReason::Cancelled {
+            self.donate(&mut seq);
+        }
         self.rows.release(seq.row);
         let now = Instant::now();
         let summary = JobSummary {
             reason,
             prompt_tokens: seq.prompt_len,
             completion_tokens: seq.generated,
-            cached_prompt_tokens: 0,
+            cached_prompt_tokens: seq.cached,
             time_to_first_token: seq
                 .first_token_at
                 .map(|t| t - seq.sub.submitted)
@@ -639,6 +832,59 @@ impl EngineLoop {
             let _ = mlx_rs::memory::clear_cache();
         }
         self.publish_kv();
+    }
+
+    /// Prefix cache: after a prompt chunk of sequence `i` that started at
+    /// `start`, keeps a copy of its recurrent state when one is due.
+    fn prefix_snapshot(&mut self, i: usize, start: usize) -> anyhow::Result<()> {
+        let seq = &self.running[i];
+        if !self.prefix.enabled()
+            || self.info.state_bytes_per_sequence == 0
+            || !prefix_cache::snapshot_due(
+                start,
+                seq.fed,
+                seq.prompt_len,
+                self.config.prefill_chunk,
+            )
+        {
+            return Ok(());
+        }
+        if let Some(snap) = prefix_cache::snapshot(&self.kv, seq.row, seq.fed)? {
+            self.running[i].snapshots.push(snap);
+        }
+        Ok(())
+    }
+
+    /// Prefix cache: a finished sequence leaves its row's KV (prompt and
+    /// output, as far as fed) and recurrent snapshots behind.
+    fn donate(&mut self, seq: &mut Sequence) {
+        if !self.prefix.enabled() || seq.fed == 0 {
+            return;
+        }
+        let tokens: Vec<u32> = seq
+            .sub
+            .job
+            .prompt_tokens
+            .iter()
+            .chain(&seq.output)
+            .take(seq.fed)
+            .copied()
+            .collect();
+        let snapshots = std::mem::take(&mut seq.snapshots);
+        match prefix_cache::capture(&self.kv, seq.row, tokens, snapshots) {
+            Ok(entry) => self.prefix.insert(entry),
+            Err(e) => tracing::warn!(error = %e, "prefix cache capture failed"),
+        }
+        self.publish_prefix();
+    }
+
+    fn publish_prefix(&self) {
+        self.metrics.set_prefix(
+            self.prefix.stats,
+            self.prefix.bytes(),
+            self.prefix.entry_count(),
+            self.prefix.budget(),
+        );
     }
 
     fn publish_kv(&self) {

@@ -75,6 +75,13 @@ pub struct Metrics {
     kv_bytes_used: AtomicUsize,
     kv_bytes_allocated: AtomicUsize,
     steps_total: AtomicU64,
+    prefix_hits: AtomicU64,
+    prefix_misses: AtomicU64,
+    prefix_reused_tokens: AtomicU64,
+    prefix_evictions: AtomicU64,
+    prefix_bytes: AtomicUsize,
+    prefix_entries: AtomicUsize,
+    prefix_budget: AtomicUsize,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub step_time: Histogram,
@@ -91,6 +98,20 @@ pub struct SchedulerStatus {
     pub kv_bytes_used: usize,
     pub kv_bytes_allocated: usize,
     pub kv_bytes_budget: usize,
+    pub prefix_cache: PrefixCacheStatus,
+}
+
+/// The prefix cache's part of [`SchedulerStatus`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PrefixCacheStatus {
+    pub hits: u64,
+    pub misses: u64,
+    /// Prompt tokens served from the cache instead of being recomputed.
+    pub reused_tokens: u64,
+    pub evictions: u64,
+    pub entries: usize,
+    pub bytes: usize,
+    pub budget_bytes: usize,
 }
 
 impl Metrics {
@@ -139,6 +160,24 @@ impl Metrics {
         self.kv_bytes_allocated.store(allocated, Ordering::Relaxed);
     }
 
+    pub(crate) fn set_prefix(
+        &self,
+        stats: super::prefix_cache::Stats,
+        bytes: usize,
+        entries: usize,
+        budget: usize,
+    ) {
+        self.prefix_hits.store(stats.hits, Ordering::Relaxed);
+        self.prefix_misses.store(stats.misses, Ordering::Relaxed);
+        self.prefix_reused_tokens
+            .store(stats.reused_tokens, Ordering::Relaxed);
+        self.prefix_evictions
+            .store(stats.evictions, Ordering::Relaxed);
+        self.prefix_bytes.store(bytes, Ordering::Relaxed);
+        self.prefix_entries.store(entries, Ordering::Relaxed);
+        self.prefix_budget.store(budget, Ordering::Relaxed);
+    }
+
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
@@ -157,6 +196,15 @@ impl Metrics {
             kv_bytes_used: self.kv_bytes_used.load(Ordering::Relaxed),
             kv_bytes_allocated: self.kv_bytes_allocated.load(Ordering::Relaxed),
             kv_bytes_budget: kv_budget,
+            prefix_cache: PrefixCacheStatus {
+                hits: self.prefix_hits.load(Ordering::Relaxed),
+                misses: self.prefix_misses.load(Ordering::Relaxed),
+                reused_tokens: self.prefix_reused_tokens.load(Ordering::Relaxed),
+                evictions: self.prefix_evictions.load(Ordering::Relaxed),
+                entries: self.prefix_entries.load(Ordering::Relaxed),
+                bytes: self.prefix_bytes.load(Ordering::Relaxed),
+                budget_bytes: self.prefix_budget.load(Ordering::Relaxed),
+            },
         }
     }
 
@@ -242,6 +290,48 @@ impl Metrics {
             "gauge",
             "KV cache memory budget.",
             kv_budget.to_string(),
+        );
+        line(
+            "hearth_prefix_cache_hits_total",
+            "counter",
+            "Prompts that reused a cached prefix.",
+            c(&self.prefix_hits),
+        );
+        line(
+            "hearth_prefix_cache_misses_total",
+            "counter",
+            "Prompts that found no reusable cached prefix.",
+            c(&self.prefix_misses),
+        );
+        line(
+            "hearth_prefix_cache_reused_tokens_total",
+            "counter",
+            "Prompt tokens served from the prefix cache instead of recomputed.",
+            c(&self.prefix_reused_tokens),
+        );
+        line(
+            "hearth_prefix_cache_evictions_total",
+            "counter",
+            "Prefix cache entries evicted (LRU, budget or room for running sequences).",
+            c(&self.prefix_evictions),
+        );
+        line(
+            "hearth_prefix_cache_entries",
+            "gauge",
+            "Token sequences held by the prefix cache.",
+            g(&self.prefix_entries),
+        );
+        line(
+            "hearth_prefix_cache_bytes",
+            "gauge",
+            "Bytes held by the prefix cache (inside the KV budget).",
+            g(&self.prefix_bytes),
+        );
+        line(
+            "hearth_prefix_cache_budget_bytes",
+            "gauge",
+            "Most bytes the prefix cache may hold.",
+            g(&self.prefix_budget),
         );
         self.time_to_first_token.render(
             &mut out,

@@ -16,6 +16,8 @@
 mod batch;
 mod engine_loop;
 pub mod metrics;
+mod prefix_cache;
+mod trace;
 
 use std::{
     path::PathBuf,
@@ -51,6 +53,29 @@ pub struct SchedulerConfig {
     /// the next step is queued on the sampled tokens before they are read
     /// back (docs/scheduler.md). On by default on a GPU, off on a CPU.
     pub pipeline_decode: bool,
+    /// Run synthetic batches of 1..=`max_running` rows once at load, so the
+    /// backend compiles its kernels then rather than in the middle of the
+    /// first requests (MLX's CUDA backend JIT-compiles each new kernel: a
+    /// second or more each). On by default on a GPU.
+    pub warmup: bool,
+    /// Bytes the prefix cache may hold (docs/prefix-cache.md); `None` =
+    /// [`DEFAULT_PREFIX_CACHE_FRACTION`] of the KV budget, `Some(0)` = off.
+    /// Counted inside the KV budget: entries are evicted when running
+    /// sequences need the memory.
+    pub prefix_cache_bytes: Option<usize>,
+}
+
+/// Share of the KV budget the prefix cache may hold by default.
+pub const DEFAULT_PREFIX_CACHE_FRACTION: f64 = 0.25;
+
+impl SchedulerConfig {
+    /// The prefix cache's byte budget given the KV budget.
+    pub fn prefix_cache_budget(&self, kv_budget: usize) -> usize {
+        match self.prefix_cache_bytes {
+            Some(b) => b.min(kv_budget),
+            None => (kv_budget as f64 * DEFAULT_PREFIX_CACHE_FRACTION) as usize,
+        }
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -76,6 +101,8 @@ impl Default for SchedulerConfig {
             // both compete for the same cores: pipelining measured worse
             // there (bench/results/serve-2026-11-29-quiet.md).
             pipeline_decode: backend != "cpu",
+            warmup: backend != "cpu",
+            prefix_cache_bytes: None,
         }
     }
 }
@@ -98,7 +125,7 @@ pub struct JobSummary {
     pub prompt_tokens: usize,
     /// Tokens sampled (including a final end-of-sequence token).
     pub completion_tokens: usize,
-    /// Prompt tokens served from a cached prefix (0 until the prefix cache lands).
+    /// Prompt tokens served from the prefix cache (not recomputed).
     pub cached_prompt_tokens: usize,
     /// Submission to first token.
     pub time_to_first_token: Duration,
@@ -211,7 +238,17 @@ impl SchedulerHandle {
     /// Loads the model at `path` on a new engine thread and starts serving.
     /// Returns once the model is loaded (or failed to load).
     pub fn start(path: PathBuf, config: SchedulerConfig) -> anyhow::Result<Self> {
-        engine_loop::start(path, config)
+        engine_loop::start(path, config, Box::new(|_| {}))
+    }
+
+    /// [`SchedulerHandle::start`], calling `progress` (on the engine thread)
+    /// as the weights are read: tensors and bytes of the total.
+    pub fn start_with_progress(
+        path: PathBuf,
+        config: SchedulerConfig,
+        progress: impl FnMut(hearth_models::LoadProgress) + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        engine_loop::start(path, config, Box::new(progress))
     }
 
     pub fn info(&self) -> &ModelInfo {

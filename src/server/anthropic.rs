@@ -31,7 +31,7 @@ use super::{
     extract::ApiJson,
     jobs::sse_channel,
     privacy,
-    protocol::{ChatCompletion, ChatCompletionRequest, StopField},
+    protocol::{ChatCompletion, ChatCompletionRequest},
     state::AppState,
 };
 
@@ -121,7 +121,6 @@ async fn messages_inner(
         .and_then(Value::as_str)
         .unwrap_or(&state.model_id)
         .to_string();
-    let stop_sequences = chat_stop(&chat);
     // Anonymization opt-in, as on the OpenAI routes (docs/privacy.md).
     let (_, private_alias) = privacy::split_model(chat.model.as_deref());
     let privacy = privacy::for_request(headers, private_alias).await?;
@@ -137,23 +136,9 @@ async fn messages_inner(
         Ok(response)
     } else {
         let completion = started.collect().await?;
-        let mut response = Json(message_from_completion(
-            &completion,
-            id,
-            model,
-            &stop_sequences,
-        ))
-        .into_response();
+        let mut response = Json(message_from_completion(&completion, id, model)).into_response();
         privacy::mark_response(&mut response, masked);
         Ok(response)
-    }
-}
-
-fn chat_stop(chat: &ChatCompletionRequest) -> Vec<String> {
-    match &chat.stop {
-        Some(StopField::One(s)) => vec![s.clone()],
-        Some(StopField::Many(v)) => v.clone(),
-        None => Vec::new(),
     }
 }
 
@@ -372,11 +357,14 @@ fn to_chat_request(body: &Value, count_only: bool) -> Result<ChatCompletionReque
 
 // ------------------------------------------------------------ responses
 
-fn stop_reason(finish: &str) -> &'static str {
-    match finish {
-        "length" => "max_tokens",
-        "tool_calls" => "tool_use",
-        _ => "end_turn",
+/// Anthropic's `stop_reason` and `stop_sequence` for the chat path's
+/// `finish_reason` and `stop_reason` (the stop string that matched).
+fn stop_reason(finish: &str, stop_string: Option<&str>) -> (&'static str, Value) {
+    match (finish, stop_string) {
+        ("length", _) => ("max_tokens", Value::Null),
+        ("tool_calls", _) => ("tool_use", Value::Null),
+        ("stop", Some(stop)) => ("stop_sequence", Value::String(stop.to_string())),
+        _ => ("end_turn", Value::Null),
     }
 }
 
@@ -389,16 +377,13 @@ fn tool_input(arguments: &str) -> Value {
     serde_json::from_str(arguments).unwrap_or_else(|_| json!({}))
 }
 
-fn message_from_completion(
-    completion: &ChatCompletion,
-    id: String,
-    model: String,
-    stop_sequences: &[String],
-) -> Value {
+fn message_from_completion(completion: &ChatCompletion, id: String, model: String) -> Value {
     let mut content = Vec::new();
     let mut finish = "stop";
+    let mut stop_string = None;
     if let Some(choice) = completion.choices.first() {
         finish = choice.finish_reason;
+        stop_string = choice.stop_reason.as_deref();
         let m = &choice.message;
         if let Some(thinking) = m.reasoning_content.as_deref().filter(|t| !t.is_empty()) {
             content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
@@ -411,18 +396,15 @@ fn message_from_completion(
                 "name": call.function.name, "input": tool_input(&call.function.arguments)}));
         }
     }
-    // The chat path reports `stop` for end-of-sequence and stop strings
-    // alike, so a stop string is reported as `end_turn` (not yet
-    // `stop_sequence`).
-    let _ = stop_sequences;
+    let (reason, sequence) = stop_reason(finish, stop_string);
     json!({
         "id": id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(finish),
-        "stop_sequence": null,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
         "usage": {
             "input_tokens": completion.usage.prompt_tokens,
             "output_tokens": completion.usage.completion_tokens,
@@ -439,13 +421,16 @@ fn event(name: &str, data: &Value) -> Bytes {
 enum Block {
     Thinking,
     Text,
+    /// The tool call of this OpenAI `tool_calls[].index`.
+    ToolUse(u64),
 }
 
 /// Re-encodes the OpenAI chunk stream of the chat path as Anthropic's
 /// events: `message_start`, `ping`, per block `content_block_start` /
 /// `content_block_delta` (`thinking_delta`, `text_delta`,
-/// `input_json_delta`) / `content_block_stop`, then `message_delta` (stop
-/// reason, usage) and `message_stop`.
+/// `input_json_delta`, one per streamed piece of a call's arguments) /
+/// `content_block_stop`, then `message_delta` (stop reason, usage) and
+/// `message_stop`.
 async fn translate_stream(
     mut frames: mpsc::Receiver<Bytes>,
     tx: mpsc::Sender<Bytes>,
@@ -471,6 +456,7 @@ async fn translate_stream(
     let mut index = 0usize;
     let mut open: Option<Block> = None;
     let mut finish: Option<String> = None;
+    let mut stop_string: Option<String> = None;
     let mut output_tokens = 0usize;
     while let Some(frame) = frames.recv().await {
         let text = String::from_utf8_lossy(&frame);
@@ -516,7 +502,7 @@ async fn translate_stream(
                         Block::Thinking => {
                             json!({"type": "thinking", "thinking": "", "signature": ""})
                         }
-                        Block::Text => json!({"type": "text", "text": ""}),
+                        Block::Text | Block::ToolUse(_) => json!({"type": "text", "text": ""}),
                     };
                     send!(event(
                         "content_block_start",
@@ -527,7 +513,7 @@ async fn translate_stream(
                 }
                 let delta = match kind {
                     Block::Thinking => json!({"type": "thinking_delta", "thinking": piece}),
-                    Block::Text => json!({"type": "text_delta", "text": piece}),
+                    Block::Text | Block::ToolUse(_) => json!({"type": "text_delta", "text": piece}),
                 };
                 send!(event(
                     "content_block_delta",
@@ -535,36 +521,40 @@ async fn translate_stream(
                     "index": index, "delta": delta})
                 ));
             }
+            // A call's first delta (with its id) opens a `tool_use` block;
+            // every piece of its arguments is an `input_json_delta`.
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
-                if open.take().is_some() {
+                let call_index = call["index"].as_u64().unwrap_or(0);
+                if let Some(openai_id) = call["id"].as_str() {
+                    if open.take().is_some() {
+                        send!(event(
+                            "content_block_stop",
+                            &json!({"type": "content_block_stop", "index": index})
+                        ));
+                        index += 1;
+                    }
                     send!(event(
-                        "content_block_stop",
-                        &json!({"type": "content_block_stop", "index": index})
+                        "content_block_start",
+                        &json!({"type": "content_block_start",
+                        "index": index, "content_block": {"type": "tool_use",
+                        "id": tool_use_id(openai_id),
+                        "name": call["function"]["name"], "input": {}}})
                     ));
-                    index += 1;
+                    open = Some(Block::ToolUse(call_index));
                 }
-                let call_id = tool_use_id(call["id"].as_str().unwrap_or(""));
-                let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
-                send!(event(
-                    "content_block_start",
-                    &json!({"type": "content_block_start",
-                    "index": index, "content_block": {"type": "tool_use", "id": call_id,
-                    "name": call["function"]["name"], "input": {}}})
-                ));
-                send!(event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta",
-                    "index": index, "delta": {"type": "input_json_delta",
-                    "partial_json": arguments}})
-                ));
-                send!(event(
-                    "content_block_stop",
-                    &json!({"type": "content_block_stop", "index": index})
-                ));
-                index += 1;
+                let arguments = call["function"]["arguments"].as_str().unwrap_or("");
+                if !arguments.is_empty() && open == Some(Block::ToolUse(call_index)) {
+                    send!(event(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta",
+                        "index": index, "delta": {"type": "input_json_delta",
+                        "partial_json": arguments}})
+                    ));
+                }
             }
             if let Some(reason) = choice["finish_reason"].as_str() {
                 finish = Some(reason.to_string());
+                stop_string = choice["stop_reason"].as_str().map(str::to_string);
             }
         }
         if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
@@ -577,11 +567,12 @@ async fn translate_stream(
             &json!({"type": "content_block_stop", "index": index})
         ));
     }
-    let reason = stop_reason(finish.as_deref().unwrap_or("stop"));
+    let (reason, stop_sequence) =
+        stop_reason(finish.as_deref().unwrap_or("stop"), stop_string.as_deref());
     send!(event(
         "message_delta",
         &json!({"type": "message_delta",
-        "delta": {"stop_reason": reason, "stop_sequence": null},
+        "delta": {"stop_reason": reason, "stop_sequence": stop_sequence},
         "usage": {"output_tokens": output_tokens}})
     ));
     send!(event("message_stop", &json!({"type": "message_stop"})));

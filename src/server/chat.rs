@@ -38,7 +38,8 @@ use super::{
     },
     reasoning::{prompt_opens_reasoning, ReasoningSplitter},
     state::AppState,
-    tool_parser::ToolCall,
+    structured,
+    tool_parser::{CallPiece, ToolCall},
     tools::{self, ToolCallDelta, ToolCallOut, ToolSetup},
 };
 use crate::{
@@ -131,6 +132,12 @@ async fn chat_prompt_with(
 ) -> Result<(ChatPrompt, Option<RequestPrivacy>), ApiError> {
     let mut messages = request.template_messages()?;
     let mut template_options = request.template_options();
+    if structured::parse_response_format(request.response_format.as_ref(), "response_format")?
+        .is_some()
+    {
+        // The grammar starts at the reply's first token: no think block.
+        template_options.enable_thinking = Some(false);
+    }
     let tool_choice = tools::parse_tool_choice(request.tool_choice.as_ref(), "tool_choice")?;
     let tokenizer = state.scheduler.tokenizer().clone();
     let template_source = tokenizer
@@ -223,6 +230,8 @@ pub async fn start_chat(
     let (model, _) = privacy::split_model(request.model.as_deref());
     state.resolve_model(model)?;
     request.check_unsupported()?;
+    let output_format =
+        structured::parse_response_format(request.response_format.as_ref(), "response_format")?;
     let vocab_size = state.scheduler.info().config.vocab_size;
     let mut options = request
         .raw_options()?
@@ -237,6 +246,18 @@ pub async fn start_chat(
         .as_ref()
         .map(|tags| prompt_opens_reasoning(&prompt.text, tags));
 
+    if output_format.is_some()
+        && prompt
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.forced_prefix.is_some())
+    {
+        return Err(ApiError::invalid_param(
+            "response_format",
+            "`response_format` cannot be combined with a forced `tool_choice`.",
+        ));
+    }
+    structured::constrain(&state, output_format, &mut options).await?;
     let handles = submit_choices(&state, &prompt.tokens, &options, 0, "messages")?;
     let job = ChatJob {
         prompt_len: prompt.tokens.len(),
@@ -354,6 +375,7 @@ async fn collect_chat(job: &ChatJob, handles: Vec<JobHandle>) -> Result<ChatComp
                 content: c.logprobs,
             }),
             finish_reason: c.end.unwrap_or(ChoiceEnd::Length).as_str(),
+            stop_reason: stop_reason(c.end, decoder),
         })
         .collect();
     log_done(&job.ctx, "chat", &usage);
@@ -394,22 +416,37 @@ impl ChunkWriter<'_> {
                 delta,
                 logprobs,
                 finish_reason: None,
+                stop_reason: None,
             }],
             None,
         )
     }
 
-    fn finish(&self, index: usize, delta: ChatDelta, end: ChoiceEnd) -> Bytes {
+    fn finish(
+        &self,
+        index: usize,
+        delta: ChatDelta,
+        end: ChoiceEnd,
+        decoder: &ChoiceDecoder<'_>,
+    ) -> Bytes {
         self.chunk(
             vec![ChatChunkChoice {
                 index,
                 delta,
                 logprobs: None,
                 finish_reason: Some(end.as_str()),
+                stop_reason: stop_reason(Some(end), decoder),
             }],
             None,
         )
     }
+}
+
+/// The stop string that ended a choice reported as `stop`.
+fn stop_reason(end: Option<ChoiceEnd>, decoder: &ChoiceDecoder<'_>) -> Option<String> {
+    (end == Some(ChoiceEnd::Stop))
+        .then(|| decoder.stop_sequence().map(str::to_string))
+        .flatten()
 }
 
 /// The delta of one token step: the non-empty channels, or an empty string
@@ -434,20 +471,22 @@ fn step_delta(step: &TokenStep, in_reasoning: bool) -> ChatDelta {
     }
 }
 
-/// Adds completed tool calls to a delta (numbered from `*sent`); an empty
-/// `content` placeholder gives way to them.
-fn add_calls(mut delta: ChatDelta, calls: Vec<ToolCall>, sent: &mut usize) -> ChatDelta {
-    if calls.is_empty() {
+/// Adds tool-call pieces to a delta; an empty `content` placeholder gives
+/// way to them.
+fn add_calls(mut delta: ChatDelta, pieces: Vec<CallPiece>) -> ChatDelta {
+    if pieces.is_empty() {
         return delta;
     }
-    let deltas: Vec<ToolCallDelta> = calls
-        .into_iter()
-        .map(|call| {
-            let d = ToolCallOut::new(call).into_delta(*sent);
-            *sent += 1;
-            d
-        })
-        .collect();
+    let mut merged: Vec<CallPiece> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match merged.last_mut() {
+            Some(last) if last.index == piece.index && piece.name.is_none() => {
+                last.arguments.push_str(&piece.arguments)
+            }
+            _ => merged.push(piece),
+        }
+    }
+    let deltas: Vec<ToolCallDelta> = merged.into_iter().map(ToolCallDelta::from_piece).collect();
     if delta.content.as_deref() == Some("") {
         delta.content = None;
     }
@@ -480,9 +519,7 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
         .collect();
     // Text flushed by an end-of-sequence token, sent with the finish chunk.
     let mut pending: Vec<(String, String)> = handles.iter().map(|_| Default::default()).collect();
-    let mut pending_calls: Vec<Vec<ToolCall>> = handles.iter().map(|_| Vec::new()).collect();
-    // Tool calls sent per choice (the next call's `index`).
-    let mut calls_sent: Vec<usize> = handles.iter().map(|_| 0).collect();
+    let mut pending_calls: Vec<Vec<CallPiece>> = handles.iter().map(|_| Vec::new()).collect();
 
     macro_rules! send {
         ($frame:expr) => {
@@ -531,7 +568,7 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                         return;
                     }
                 };
-                let calls = decoder.take_calls();
+                let calls = decoder.take_pieces();
                 if step.is_eos {
                     // Counted; its place is the finish chunk.
                     let slot = &mut pending[i];
@@ -544,13 +581,13 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                     content: vec![token_logprob(&mut labels, &sampled)],
                 });
                 let delta = step_delta(&step, decoder.in_reasoning());
-                let delta = add_calls(delta, calls, &mut calls_sent[i]);
+                let delta = add_calls(delta, calls);
                 send!(writer.choice(i, delta, logprobs));
                 if step.stopped {
                     handles[i] = None;
                     counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, None);
                     let end = decoder.report_end(ChoiceEnd::Stop);
-                    send!(writer.finish(i, ChatDelta::default(), end));
+                    send!(writer.finish(i, ChatDelta::default(), end, decoder));
                 }
             }
             JobEvent::Finished(summary) => {
@@ -563,7 +600,7 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                         Ok(rest) => {
                             reasoning.push_str(&rest.reasoning);
                             content.push_str(&rest.content);
-                            calls.extend(decoder.take_calls());
+                            calls.extend(decoder.take_pieces());
                         }
                         Err(e) => {
                             let _ = tx
@@ -588,8 +625,8 @@ async fn stream_chat(job: ChatJob, handles: Vec<JobHandle>, tx: mpsc::Sender<Byt
                 };
                 let end = decoder.report_end(end);
                 counts[i].1 = ChoiceCounts::new(job.prompt_len, decoder.tokens, Some(&summary));
-                let delta = add_calls(text_delta(reasoning, content), calls, &mut calls_sent[i]);
-                send!(writer.finish(i, delta, end));
+                let delta = add_calls(text_delta(reasoning, content), calls);
+                send!(writer.finish(i, delta, end, decoder));
             }
             JobEvent::Failed(message) => {
                 let error = failure(&message, job.ctx.state.is_shutting_down());

@@ -35,6 +35,7 @@ use super::{
         PromptInput, Usage,
     },
     state::AppState,
+    structured,
 };
 use crate::{
     engine::sampling::Sampled,
@@ -91,10 +92,13 @@ pub async fn completions(
     let (model, private_alias) = privacy::split_model(request.model.as_deref());
     state.resolve_model(model)?;
     request.check_unsupported()?;
+    let output_format =
+        structured::parse_response_format(request.response_format.as_ref(), "response_format")?;
     let vocab_size = state.scheduler.info().config.vocab_size;
     let mut options = request
         .raw_options()?
         .validate(vocab_size, state.settings.max_n)?;
+    structured::constrain(&state, output_format, &mut options).await?;
     let prompts = request.prompts()?;
     let echo = request.echo.unwrap_or(false);
     drop(request);

@@ -61,6 +61,12 @@ pub struct ServerSettings {
     /// Pipelined decode (docs/scheduler.md); off only for comparisons.
     #[serde(alias = "pipeline-decode")]
     pub pipeline_decode: bool,
+    /// Warm-up batches at load (on by default on a GPU; docs/scheduler.md).
+    pub warmup: bool,
+    /// Prefix cache size in MiB, inside the KV budget; `None` = a quarter of
+    /// the KV budget, 0 = off (docs/prefix-cache.md).
+    #[serde(alias = "prefix-cache-mb")]
+    pub prefix_cache_mb: Option<usize>,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -84,6 +90,9 @@ pub struct ServerSettings {
     /// Most requests one key may start per minute (0 = no limit).
     #[serde(alias = "key-requests-per-minute")]
     pub key_requests_per_minute: u32,
+    /// Advertise the server on the LAN with mDNS/DNS-SD when bound to a
+    /// non-loopback address (src/server/discovery.rs).
+    pub mdns: bool,
 }
 
 impl Default for ServerSettings {
@@ -100,6 +109,8 @@ impl Default for ServerSettings {
             prefill_chunk: scheduler.prefill_chunk,
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
+            warmup: scheduler.warmup,
+            prefix_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -107,6 +118,7 @@ impl Default for ServerSettings {
             api_keys: Vec::new(),
             key_max_concurrent: 0,
             key_requests_per_minute: 0,
+            mdns: true,
         }
     }
 }
@@ -291,6 +303,8 @@ impl ServerSettings {
             prefill_chunk: self.prefill_chunk,
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
+            warmup: self.warmup,
+            prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
 

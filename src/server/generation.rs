@@ -22,7 +22,7 @@ use super::{
     error::ApiError,
     privacy::OutputRestorer,
     reasoning::{ReasoningSplitter, SplitDelta},
-    tool_parser::{ToolCall, ToolCallParser},
+    tool_parser::{CallPiece, ToolCall, ToolCallParser},
 };
 use crate::{
     engine::{sampling::Sampled, text::TextStream},
@@ -88,11 +88,17 @@ pub struct TokenStep {
 /// Per-choice decoding state.
 pub struct ChoiceDecoder<'t> {
     text: TextStream<'t>,
+    /// The stop strings (to name the one that ended the choice).
+    stops: Vec<String>,
     reasoning: Option<ReasoningSplitter>,
     /// Tool calls are parsed out of the content (chat with `tools`).
     tools: Option<ToolCallParser>,
     /// Calls parsed and not yet taken ([`ChoiceDecoder::take_calls`]).
     new_calls: Vec<ToolCall>,
+    /// Call pieces not yet taken ([`ChoiceDecoder::take_pieces`]).
+    new_pieces: Vec<CallPiece>,
+    /// Calls taken so far (the index of the next one).
+    calls_taken: usize,
     eos_token_ids: &'t [u32],
     stop_at_eos: bool,
     stop_token_ids: &'t [u32],
@@ -116,9 +122,12 @@ impl<'t> ChoiceDecoder<'t> {
     ) -> Self {
         ChoiceDecoder {
             text: TextStream::new(tokenizer, stops),
+            stops: stops.to_vec(),
             reasoning,
             tools: None,
             new_calls: Vec::new(),
+            new_pieces: Vec::new(),
+            calls_taken: 0,
             eos_token_ids,
             stop_at_eos,
             stop_token_ids,
@@ -145,12 +154,44 @@ impl<'t> ChoiceDecoder<'t> {
     /// anonymized.
     pub fn take_calls(&mut self) -> Vec<ToolCall> {
         let mut calls = std::mem::take(&mut self.new_calls);
+        // A whole response takes calls, not pieces.
+        self.new_pieces.clear();
+        self.calls_taken += calls.len();
         if let Some(restorer) = &mut self.restorer {
             for call in &mut calls {
                 call.arguments = restorer.restore_arguments(&call.arguments);
             }
         }
         calls
+    }
+
+    /// The stop string that ended the choice, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        let index = self.text.matched_stop()?;
+        self.stops.get(index).map(String::as_str)
+    }
+
+    /// Streamed tool-call pieces since the last call (a stream takes these
+    /// instead of [`ChoiceDecoder::take_calls`]). An anonymized request's
+    /// calls go out whole when complete, restored: a placeholder cut
+    /// across pieces could not be.
+    pub fn take_pieces(&mut self) -> Vec<CallPiece> {
+        if self.restorer.is_none() {
+            self.new_calls.clear();
+            return std::mem::take(&mut self.new_pieces);
+        }
+        let first = self.calls_taken;
+        let calls = self.take_calls();
+        self.new_pieces.clear();
+        calls
+            .into_iter()
+            .enumerate()
+            .map(|(k, call)| CallPiece {
+                index: first + k,
+                name: Some(call.name),
+                arguments: call.arguments,
+            })
+            .collect()
     }
 
     /// Whether the choice made any tool call.
@@ -259,6 +300,7 @@ impl<'t> ChoiceDecoder<'t> {
             Some(parser) => {
                 let delta = parser.push(content);
                 self.new_calls.extend(delta.calls);
+                self.new_pieces.extend(delta.pieces);
                 delta.text
             }
             None => content.to_string(),
@@ -277,6 +319,7 @@ impl<'t> ChoiceDecoder<'t> {
         if let Some(parser) = &mut self.tools {
             let tail = parser.finish();
             self.new_calls.extend(tail.calls);
+            self.new_pieces.extend(tail.pieces);
             out.content.push_str(&tail.text);
         }
         Ok(out)

@@ -31,6 +31,7 @@ fn model_card(state: &AppState) -> ModelCard {
             .cloned()
             .chain(privacy::private_aliases(&state.model_id, &state.aliases))
             .collect(),
+        device: state.scheduler.info().device.label(),
     }
 }
 
@@ -60,6 +61,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let body = json!({
         "status": if draining { "shutting_down" } else { "ok" },
         "model": state.model_id,
+        "device": state.scheduler.info().device.label(),
         "queued": status.queued,
         "running": status.running,
         "kv_bytes_used": status.kv_bytes_used,

@@ -12,8 +12,9 @@
 //! load/unload endpoints are answered by the manager itself, so they work in
 //! every state.
 //!
-//! States: `stopped` (no model), `loading` (with the model's name, its size
-//! and the seconds spent so far: the loader reports no finer progress),
+//! States: `stopped` (no model), `loading` (with the model's name, its size,
+//! the seconds so far and the loader's progress: tensors and bytes read of
+//! the total, [`LoadReport`]; kept after the load as the last load's report),
 //! `ready` (loaded, idle), `serving` (requests running or queued). A switch
 //! unloads first (running requests get the shutdown grace period to finish,
 //! then are cancelled) so that two models never need memory at once.
@@ -66,6 +67,35 @@ pub struct ManagerStatus {
     pub loading_bytes: Option<u64>,
     /// Why the last load failed, until the next one succeeds.
     pub last_error: Option<String>,
+    /// The load running now, else the last one (`null` before any).
+    pub load: Option<LoadReport>,
+}
+
+/// Progress of a model load: the weights' tensors and bytes read into
+/// memory of the total (from the loader, `hearth_models::load_with_progress`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadReport {
+    pub model: String,
+    pub tensors_done: usize,
+    pub tensors_total: usize,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Seconds since the load started (its whole time once done).
+    pub seconds: f64,
+    /// The load ended (loaded or failed).
+    pub done: bool,
+    #[serde(skip)]
+    started: Option<Instant>,
+}
+
+impl LoadReport {
+    fn snapshot(&self) -> LoadReport {
+        let mut report = self.clone();
+        if let (false, Some(started)) = (report.done, report.started) {
+            report.seconds = started.elapsed().as_secs_f64();
+        }
+        report
+    }
 }
 
 struct Served {
@@ -80,6 +110,8 @@ pub struct ModelManager {
     phase: Mutex<Phase>,
     served: RwLock<Option<Served>>,
     last_error: Mutex<Option<String>>,
+    /// Written by the engine thread while it reads the weights.
+    load_report: Arc<Mutex<Option<LoadReport>>>,
     /// Serializes load/unload.
     switching: tokio::sync::Mutex<()>,
     shutting_down: AtomicBool,
@@ -92,6 +124,9 @@ pub enum LoadError {
     NotFound(#[from] home::ModelLookupError),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Refused before unloading the served model: it keeps serving.
+    #[error(transparent)]
+    TooLarge(#[from] crate::engine::fit::TooLarge),
     #[error("cannot load the model {model}: {reason:#}")]
     Failed {
         model: String,
@@ -107,6 +142,7 @@ impl ModelManager {
             phase: Mutex::new(Phase::Stopped),
             served: RwLock::new(None),
             last_error: Mutex::new(None),
+            load_report: Arc::new(Mutex::new(None)),
             switching: tokio::sync::Mutex::new(()),
             shutting_down: AtomicBool::new(false),
         }
@@ -140,6 +176,11 @@ impl ModelManager {
             .map(|p| p.clone())
             .unwrap_or(Phase::Stopped);
         let last_error = self.last_error.lock().ok().and_then(|e| e.clone());
+        let load = self
+            .load_report
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(LoadReport::snapshot));
         let current = self.current();
         match phase {
             Phase::Loading {
@@ -152,6 +193,7 @@ impl ModelManager {
                 loading_seconds: Some(since.elapsed().as_secs_f64()),
                 loading_bytes: Some(size_bytes),
                 last_error,
+                load,
             },
             Phase::Stopped | Phase::Ready => {
                 let state = match &current {
@@ -171,6 +213,7 @@ impl ModelManager {
                     loading_seconds: None,
                     loading_bytes: None,
                     last_error,
+                    load,
                 }
             }
         }
@@ -184,6 +227,15 @@ impl ModelManager {
             return Err(LoadError::ShuttingDown);
         }
         let path = home::resolve_model(model)?;
+        let freed = self
+            .current()
+            .map_or(0, |s| s.scheduler.info().weight_bytes as u64);
+        if let Err(e) = crate::engine::fit::check_replacing(&path, freed) {
+            if let Ok(mut last) = self.last_error.lock() {
+                *last = Some(e.to_string());
+            }
+            return Err(e.into());
+        }
         self.unload_locked().await;
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
@@ -196,12 +248,39 @@ impl ModelManager {
             since: Instant::now(),
         });
         tracing::info!(model = %name, "loading");
+        let started = Instant::now();
+        if let Ok(mut report) = self.load_report.lock() {
+            *report = Some(LoadReport {
+                model: name.clone(),
+                started: Some(started),
+                ..LoadReport::default()
+            });
+        }
         let config = self.settings.scheduler_config();
         let load_path = path.clone();
-        let loaded = tokio::task::spawn_blocking(move || SchedulerHandle::start(load_path, config))
-            .await
-            .map_err(|e| anyhow::anyhow!("the loading task failed: {e}"))
-            .and_then(|r| r);
+        let report = self.load_report.clone();
+        let progress = move |p: hearth_models::LoadProgress| {
+            if let Ok(mut guard) = report.lock() {
+                if let Some(r) = guard.as_mut() {
+                    r.tensors_done = p.tensors_done;
+                    r.tensors_total = p.tensors_total;
+                    r.bytes_done = p.bytes_done;
+                    r.bytes_total = p.bytes_total;
+                }
+            }
+        };
+        let loaded = tokio::task::spawn_blocking(move || {
+            SchedulerHandle::start_with_progress(load_path, config, progress)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("the loading task failed: {e}"))
+        .and_then(|r| r);
+        if let Ok(mut guard) = self.load_report.lock() {
+            if let Some(r) = guard.as_mut() {
+                r.done = true;
+                r.seconds = started.elapsed().as_secs_f64();
+            }
+        }
         let scheduler = match loaded {
             Ok(scheduler) => scheduler,
             Err(reason) => {

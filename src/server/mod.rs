@@ -34,6 +34,7 @@ pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod config;
+pub mod discovery;
 pub mod error;
 pub mod extract;
 pub mod generation;
@@ -45,6 +46,7 @@ pub mod privacy;
 pub mod protocol;
 pub mod reasoning;
 pub mod state;
+pub mod structured;
 pub mod tool_parser;
 pub mod tools;
 pub mod ui;
@@ -181,6 +183,10 @@ pub async fn serve(
                 path: path.clone(),
                 reason,
             },
+            manager::LoadError::TooLarge(e) => ServeError::Load {
+                path: path.clone(),
+                reason: anyhow::Error::new(e),
+            },
             manager::LoadError::ShuttingDown => ServeError::Load {
                 path: path.clone(),
                 reason: anyhow::anyhow!("the server is shutting down"),
@@ -208,6 +214,7 @@ pub async fn serve(
         );
         let _ = out.flush();
     }
+    let advertiser = advertise(&settings, local, &state.model_id);
 
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(stopped(stop_rx.clone()))
@@ -228,10 +235,37 @@ pub async fn serve(
     }
     // The listener is closed here; stop the engine (cancelling anything
     // still running) and free the model.
+    if let Some(advertiser) = advertiser {
+        advertiser.stop();
+    }
     drop(state);
     manager.stop_now().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// LAN mode (a non-loopback address) with `mdns` on: announces the server
+/// with mDNS/DNS-SD. A failure is logged, never fatal.
+fn advertise(
+    settings: &ServerSettings,
+    local: SocketAddr,
+    model: &str,
+) -> Option<discovery::Advertiser> {
+    if settings.is_loopback() || !settings.mdns {
+        return None;
+    }
+    let ad = discovery::Advertisement {
+        ip: local.ip(),
+        port: local.port(),
+        model: model.to_string(),
+    };
+    match discovery::Advertiser::start(&ad) {
+        Ok(advertiser) => Some(advertiser),
+        Err(e) => {
+            tracing::warn!(error = %e, "not advertised on the LAN");
+            None
+        }
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM; a second one exits at once.
@@ -301,9 +335,15 @@ pub struct ServeArgs {
     /// Decode synchronously instead of pipelined [default: pipelined on a GPU, synchronous on a CPU] (docs/scheduler.md).
     #[arg(long)]
     pub no_pipeline_decode: bool,
+    /// Skip the warm-up batches at load [default: warm up on a GPU, not on a CPU] (docs/scheduler.md).
+    #[arg(long)]
+    pub no_warmup: bool,
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
+    /// Prefix cache size in MiB, inside the KV budget; 0 turns it off [default: a quarter of the KV budget].
+    #[arg(long)]
+    pub prefix_cache_mb: Option<usize>,
     /// Largest request body in bytes; larger ones get 413 [default: 16 MiB].
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
@@ -326,6 +366,9 @@ pub struct ServeArgs {
     /// Most requests per minute per API key; more get 429 [default: no limit].
     #[arg(long)]
     pub key_requests_per_minute: Option<u32>,
+    /// Do not advertise the server with mDNS/DNS-SD in LAN mode (non-loopback --host).
+    #[arg(long)]
+    pub no_mdns: bool,
 }
 
 impl ServeArgs {
@@ -362,8 +405,14 @@ impl ServeArgs {
         if self.no_pipeline_decode {
             s.pipeline_decode = false;
         }
+        if self.no_warmup {
+            s.warmup = false;
+        }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);
+        }
+        if let Some(v) = self.prefix_cache_mb {
+            s.prefix_cache_mb = Some(v);
         }
         if let Some(v) = self.max_body_bytes {
             s.max_body_bytes = v;
@@ -385,6 +434,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.key_requests_per_minute {
             s.key_requests_per_minute = v;
+        }
+        if self.no_mdns {
+            s.mdns = false;
         }
         s.validate()?;
         Ok(s)

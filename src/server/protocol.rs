@@ -120,6 +120,9 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub prompt: PromptField,
+    /// Structured output, as on chat (see [`super::structured`]).
+    #[serde(default)]
+    pub response_format: Option<Value>,
     #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
@@ -426,17 +429,10 @@ impl ChatCompletionRequest {
         })
     }
 
-    /// Rejects features this server does not offer rather than ignoring them.
+    /// Rejects features this server does not offer rather than ignoring
+    /// them (`response_format` is read by [`super::structured`]).
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if let Some(format) = &self.response_format {
-            let kind = format.get("type").and_then(Value::as_str);
-            if !matches!(kind, Some("text") | None) || !format.is_object() {
-                return Err(ApiError::invalid_param(
-                    "response_format",
-                    "Only `response_format` {\"type\": \"text\"} is supported.",
-                ));
-            }
-        }
+        super::structured::parse_response_format(self.response_format.as_ref(), "response_format")?;
         Ok(())
     }
 
@@ -730,6 +726,10 @@ pub struct ChatChoice {
     pub message: ChatMessageOut,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
+    /// The stop string that ended the choice (vLLM's extension; absent
+    /// otherwise). The Anthropic API reports it as `stop_sequence`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -761,6 +761,9 @@ pub struct ChatChunkChoice {
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// As [`ChatChoice::stop_reason`], on the finish chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 /// One SSE chunk of a streamed chat completion.
@@ -829,6 +832,8 @@ pub struct ModelCard {
     pub context_length: usize,
     /// Extension: other names this model answers to.
     pub aliases: Vec<String>,
+    /// Extension: where it runs, e.g. `gpu (cuda)`, `gpu (metal)`, `cpu (cpu)`.
+    pub device: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

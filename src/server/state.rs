@@ -32,6 +32,11 @@ pub struct AppState {
     system: Mutex<sysinfo::System>,
     /// The web UI endpoints' state (`/api/*`), shared across model switches.
     pub ui: std::sync::Arc<super::api::UiState>,
+    /// Structured output's grammar compiler for this model, built on first
+    /// use (see [`super::structured`]).
+    pub grammar: std::sync::OnceLock<
+        Result<std::sync::Arc<crate::engine::constraint::GrammarCompiler>, String>,
+    >,
 }
 
 pub fn unix_now() -> u64 {
@@ -71,6 +76,7 @@ impl AppState {
             responses: Default::default(),
             system: Mutex::new(sysinfo::System::new()),
             ui: std::sync::Arc::new(super::api::UiState::new()),
+            grammar: std::sync::OnceLock::new(),
         }
     }
 
@@ -174,6 +180,14 @@ impl AppState {
             "hearth_model_context_length",
             "The served model's context length in tokens.",
             Some(self.scheduler.info().context_length),
+        );
+        let device = &self.scheduler.info().device;
+        let _ = writeln!(
+            out,
+            "# HELP hearth_device_info The device MLX runs on (value 1).\n\
+             # TYPE hearth_device_info gauge\n\
+             hearth_device_info{{kind=\"{}\",backend=\"{}\"}} 1",
+            device.kind, device.backend
         );
         out
     }

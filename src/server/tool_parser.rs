@@ -10,13 +10,23 @@
 //!   types are read as JSON when they parse).
 //!
 //! [`ToolCallParser`] takes text in arbitrary pieces (a tag may be cut
-//! anywhere) and gives back the plain text and the completed calls. Text is
-//! released as soon as it cannot be the start of `<tool_call>`; a call is
-//! released whole when its block closes, so no markup ever reaches
+//! anywhere) and gives back the plain text, the completed calls (for whole
+//! responses) and [`CallPiece`]s (for streams). Text is released as soon as
+//! it cannot be the start of `<tool_call>`, so no markup ever reaches
 //! `content`. The result depends only on the whole text, never on how it
 //! was cut (the tests feed every cut of real template renderings). A block
 //! that does not parse is given back as text, so nothing the model wrote is
 //! lost. Whitespace between calls and after the last one is dropped.
+//!
+//! Streaming arguments (JSON format): once a block reads `{"name": "f",
+//! "arguments": {` the call is committed: a piece with its name goes out,
+//! then the arguments object's text as it arrives (never past its closing
+//! brace, so none of the surrounding markup), and the completed call's
+//! `arguments` is exactly that text as the model wrote it, so the streamed
+//! pieces always add up to it. A committed call stays a call even if its
+//! arguments are cut short (`max_tokens`) or malformed, as in OpenAI's API.
+//! Other blocks (XML, keys in another order, arguments as a string) go out
+//! as one piece when they close.
 //!
 //! A *forced* parser (`tool_choice` required or named: the server wrote the
 //! opening of the call into the prompt) starts inside a block and reports
@@ -71,11 +81,48 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A streamed piece of call `index` (numbered from 0 per choice): the
+/// first piece of a call has its `name`; the `arguments` of all its pieces
+/// add up to the completed call's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallPiece {
+    pub index: usize,
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
 /// What one piece of text gave.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ToolDelta {
     pub text: String,
+    /// Calls completed by this piece.
     pub calls: Vec<ToolCall>,
+    /// Call pieces, consecutive pieces of one call merged.
+    pub pieces: Vec<CallPiece>,
+}
+
+impl ToolDelta {
+    fn piece(&mut self, index: usize, name: Option<String>, arguments: &str) {
+        match self.pieces.last_mut() {
+            Some(last) if last.index == index && name.is_none() => {
+                last.arguments.push_str(arguments)
+            }
+            _ => self.pieces.push(CallPiece {
+                index,
+                name,
+                arguments: arguments.to_string(),
+            }),
+        }
+    }
+
+    #[cfg(test)]
+    fn absorb(&mut self, other: ToolDelta) {
+        self.text.push_str(&other.text);
+        self.calls.extend(other.calls);
+        for piece in other.pieces {
+            self.piece(piece.index, piece.name, &piece.arguments);
+        }
+    }
 }
 
 /// Parameter types per function, from the tools' JSON schemas (for XML).
@@ -131,6 +178,38 @@ pub struct ToolCallParser {
     forced: bool,
     done: bool,
     calls_seen: usize,
+    /// The current block's call, once committed (JSON header read).
+    streaming: Option<ArgsStream>,
+    /// The current block does not start with a JSON call header: it is
+    /// parsed whole when it closes.
+    whole_block: bool,
+    /// Pieces made while reading a forced prefix, sent with the next push.
+    pending: ToolDelta,
+}
+
+/// A committed call whose arguments are being streamed; offsets are into
+/// the block's text (`held`).
+#[derive(Debug, Clone)]
+struct ArgsStream {
+    name: String,
+    /// Where the arguments object starts (its `{`).
+    start: usize,
+    /// Bytes of the arguments sent so far, from `start`.
+    sent: usize,
+    scan: JsonScan,
+    /// Past the arguments' closing brace, once seen.
+    end: Option<usize>,
+    /// Markup (`<` outside a string) where the arguments should go on: no
+    /// more is sent; the block ends at `</tool_call>`.
+    broken: bool,
+}
+
+/// Brace depth and string state of a JSON text read so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct JsonScan {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
 }
 
 impl ToolCallParser {
@@ -144,6 +223,9 @@ impl ToolCallParser {
             forced: false,
             done: false,
             calls_seen: 0,
+            streaming: None,
+            whole_block: false,
+            pending: ToolDelta::default(),
         }
     }
 
@@ -152,7 +234,11 @@ impl ToolCallParser {
     pub fn forced(format: ToolFormat, types: ParamTypes, prefix: &str) -> Self {
         let mut parser = Self::new(format, types);
         parser.forced = true;
-        let _ = parser.push(prefix);
+        let mut first = parser.push(prefix);
+        // The prefix is the server's, not the model's: only its call pieces
+        // (a forced name) are passed on.
+        first.text.clear();
+        parser.pending = first;
         parser
     }
 
@@ -168,13 +254,42 @@ impl ToolCallParser {
 
     /// Feeds one piece of text.
     pub fn push(&mut self, piece: &str) -> ToolDelta {
-        let mut out = ToolDelta::default();
+        let mut out = std::mem::take(&mut self.pending);
         if self.done {
             return out;
         }
         self.held.push_str(piece);
         loop {
             if self.inside {
+                if self.format == ToolFormat::Json && !self.whole_block && self.streaming.is_none()
+                {
+                    match json_call_header(&self.held) {
+                        Header::Partial => return out,
+                        Header::NoMatch => self.whole_block = true,
+                        Header::Complete { name, args_start } => {
+                            out.piece(self.calls_seen, Some(name.clone()), "");
+                            self.streaming = Some(ArgsStream {
+                                name,
+                                start: args_start,
+                                sent: 0,
+                                scan: JsonScan::default(),
+                                end: None,
+                                broken: false,
+                            });
+                        }
+                    }
+                }
+                if self.streaming.is_some() {
+                    if self.stream_arguments(&mut out) {
+                        if self.forced {
+                            self.done = true;
+                            self.held.clear();
+                            return out;
+                        }
+                        continue;
+                    }
+                    return out;
+                }
                 if let Some(end) = self.block_end() {
                     let block: String = self.held.drain(..end.consumed).collect();
                     self.inside = false;
@@ -194,6 +309,7 @@ impl ToolCallParser {
                     self.emit_text(&before, &mut out);
                     self.held.drain(..OPEN.len());
                     self.inside = true;
+                    self.whole_block = false;
                     self.pending_space.clear();
                 }
                 None => {
@@ -212,6 +328,12 @@ impl ToolCallParser {
     /// given back as text.
     pub fn finish(&mut self) -> ToolDelta {
         let mut out = ToolDelta::default();
+        if self.streaming.is_some() {
+            // Cut short (every byte was already scanned by `push`): the call
+            // is what was sent, the rest of the block is dropped.
+            self.finish_streamed_call(&mut out);
+            self.held.clear();
+        }
         let rest = std::mem::take(&mut self.held);
         if self.inside {
             self.inside = false;
@@ -265,6 +387,7 @@ impl ToolCallParser {
         };
         match parsed {
             Some(call) => {
+                out.piece(self.calls_seen, Some(call.name.clone()), &call.arguments);
                 self.calls_seen += 1;
                 self.pending_space.clear();
                 out.calls.push(call);
@@ -275,6 +398,202 @@ impl ToolCallParser {
                 self.emit_text(&text, out);
             }
         }
+    }
+}
+
+impl ToolCallParser {
+    /// Sends the arguments text that arrived; true once the block is over
+    /// (the call completed and the block's text consumed).
+    fn stream_arguments(&mut self, out: &mut ToolDelta) -> bool {
+        let Some(stream) = self.streaming.as_mut() else {
+            return false;
+        };
+        if stream.end.is_none() && !stream.broken {
+            let from = stream.start + stream.sent;
+            let mut upto = from;
+            for (i, c) in self.held[from..].char_indices() {
+                let at = from + i;
+                match stream.scan.step(c) {
+                    Step::Markup => {
+                        stream.broken = true;
+                        break;
+                    }
+                    Step::Closed => {
+                        upto = at + c.len_utf8();
+                        stream.end = Some(upto);
+                        break;
+                    }
+                    Step::Inside => upto = at + c.len_utf8(),
+                }
+            }
+            if upto > from {
+                out.piece(self.calls_seen, None, &self.held[from..upto]);
+                stream.sent = upto - stream.start;
+            }
+        }
+        // Where the block ends: the outer object's close (forced), or
+        // `</tool_call>` after the arguments.
+        let search_from = stream.start + stream.sent;
+        let consumed = if stream.end.is_some() && self.forced {
+            json_object_end(&self.held)
+        } else if stream.end.is_some() || stream.broken {
+            self.held[search_from..]
+                .find(CLOSE)
+                .map(|at| search_from + at + CLOSE.len())
+        } else {
+            None
+        };
+        let Some(consumed) = consumed else {
+            return false;
+        };
+        self.finish_streamed_call(out);
+        self.held.drain(..consumed);
+        true
+    }
+
+    /// Completes the committed call with the arguments sent so far (the
+    /// block's text is still in `held`).
+    fn finish_streamed_call(&mut self, out: &mut ToolDelta) {
+        let Some(stream) = self.streaming.take() else {
+            return;
+        };
+        let arguments = self.held[stream.start..stream.start + stream.sent].to_string();
+        self.inside = false;
+        self.calls_seen += 1;
+        self.pending_space.clear();
+        out.calls.push(ToolCall {
+            name: stream.name,
+            arguments,
+        });
+    }
+}
+
+/// What one character did to a [`JsonScan`].
+enum Step {
+    Inside,
+    /// The outermost object or array closed.
+    Closed,
+    /// `<` outside a string: markup, not JSON.
+    Markup,
+}
+
+impl JsonScan {
+    fn step(&mut self, c: char) -> Step {
+        if self.in_string {
+            match (self.escaped, c) {
+                (true, _) => self.escaped = false,
+                (false, '\\') => self.escaped = true,
+                (false, '"') => self.in_string = false,
+                _ => {}
+            }
+            return Step::Inside;
+        }
+        match c {
+            '"' => self.in_string = true,
+            '{' | '[' => self.depth += 1,
+            '}' | ']' => {
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    return Step::Closed;
+                }
+            }
+            '<' => return Step::Markup,
+            _ => {}
+        }
+        Step::Inside
+    }
+}
+
+/// How far a block's text matches `{"name": "F", "arguments": {`.
+enum Header {
+    /// Could still become one.
+    Partial,
+    /// Cannot.
+    NoMatch,
+    /// Complete; the arguments object starts at `args_start`.
+    Complete { name: String, args_start: usize },
+}
+
+/// Reads the head of a JSON call block (whitespace anywhere JSON allows
+/// it; `parameters` is accepted for `arguments`).
+fn json_call_header(text: &str) -> Header {
+    let mut at = 0;
+    let skip_ws = |at: &mut usize| {
+        *at += text[*at..].len() - text[*at..].trim_start().len();
+    };
+    // Each literal must match fully or be cut by the end of the text.
+    let literal = |at: &mut usize, lit: &str| -> Option<bool> {
+        let rest = &text[*at..];
+        if rest.starts_with(lit) {
+            *at += lit.len();
+            Some(true)
+        } else if lit.starts_with(rest) {
+            None
+        } else {
+            Some(false)
+        }
+    };
+    macro_rules! expect {
+        ($lit:expr) => {
+            skip_ws(&mut at);
+            match literal(&mut at, $lit) {
+                None => return Header::Partial,
+                Some(false) => return Header::NoMatch,
+                Some(true) => {}
+            }
+        };
+    }
+    expect!("{");
+    expect!("\"name\"");
+    expect!(":");
+    skip_ws(&mut at);
+    // The name: a complete JSON string.
+    let rest = &text[at..];
+    if rest.is_empty() {
+        return Header::Partial;
+    }
+    if !rest.starts_with('"') {
+        return Header::NoMatch;
+    }
+    let mut scan = JsonScan {
+        in_string: true,
+        ..JsonScan::default()
+    };
+    let mut name_end = None;
+    for (i, c) in rest.char_indices().skip(1) {
+        scan.step(c);
+        if !scan.in_string {
+            name_end = Some(i + 1);
+            break;
+        }
+    }
+    let Some(name_end) = name_end else {
+        return Header::Partial;
+    };
+    let Ok(name) = serde_json::from_str::<String>(&rest[..name_end]) else {
+        return Header::NoMatch;
+    };
+    at += name_end;
+    expect!(",");
+    skip_ws(&mut at);
+    let rest = &text[at..];
+    let key = ["\"arguments\"", "\"parameters\""]
+        .into_iter()
+        .find(|k| rest.starts_with(k) || k.starts_with(rest));
+    match key {
+        None => return Header::NoMatch,
+        Some(k) if rest.len() < k.len() => return Header::Partial,
+        Some(k) => at += k.len(),
+    }
+    expect!(":");
+    skip_ws(&mut at);
+    match text[at..].chars().next() {
+        None => Header::Partial,
+        Some('{') => Header::Complete {
+            name,
+            args_start: at,
+        },
+        Some(_) => Header::NoMatch,
     }
 }
 
@@ -413,20 +732,39 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Feeds `text` cut at `cuts` and returns all text and calls.
+    /// Feeds `text` cut at `cuts` and returns all text and calls (pieces
+    /// checked against the calls, then left out: they depend on the cuts).
     fn run(parser: &mut ToolCallParser, text: &str, cuts: &[usize]) -> ToolDelta {
         let mut all = ToolDelta::default();
         let mut last = 0;
         for &cut in cuts.iter().chain(std::iter::once(&text.len())) {
-            let d = parser.push(&text[last..cut]);
-            all.text.push_str(&d.text);
-            all.calls.extend(d.calls);
+            all.absorb(parser.push(&text[last..cut]));
             last = cut;
         }
-        let d = parser.finish();
-        all.text.push_str(&d.text);
-        all.calls.extend(d.calls);
+        all.absorb(parser.finish());
+        check_pieces(&all);
+        all.pieces.clear();
         all
+    }
+
+    /// The streamed pieces of each call: its name first, then arguments
+    /// that add up to the completed call's, and no markup.
+    fn check_pieces(all: &ToolDelta) {
+        for (index, call) in all.calls.iter().enumerate() {
+            let pieces: Vec<&CallPiece> = all.pieces.iter().filter(|p| p.index == index).collect();
+            assert_eq!(
+                pieces.len(),
+                1,
+                "merged pieces of call {index}: {:?}",
+                all.pieces
+            );
+            assert_eq!(pieces[0].name.as_deref(), Some(call.name.as_str()));
+            assert_eq!(pieces[0].arguments, call.arguments, "call {index}");
+        }
+        assert!(
+            all.pieces.iter().all(|p| p.index < all.calls.len()),
+            "{all:?}"
+        );
     }
 
     /// Every single cut and every pair of cuts give the same result as the
@@ -513,7 +851,7 @@ mod tests {
         let d = p.push("ris\"}} and more");
         assert!(p.done());
         assert_eq!(d.calls[0].name, "get_weather");
-        assert_eq!(d.calls[0].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(d.calls[0].arguments, r#"{"city": "Paris"}"#);
         assert!(d.text.is_empty());
 
         let prefix = ToolFormat::Xml.forced_prefix(None);
@@ -521,6 +859,80 @@ mod tests {
         let d = p.push("f>\n<parameter=x>\n[1, 2]\n</parameter>\n</function>\nrest");
         assert!(p.done());
         assert_eq!(d.calls[0].arguments, r#"{"x":[1,2]}"#);
+    }
+
+    /// Token-sized pieces of a JSON call: the name goes out as soon as the
+    /// header is read, the arguments while they are written, and the
+    /// pieces add up to the call.
+    #[test]
+    fn json_arguments_stream_as_they_are_written() {
+        let text = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \
+                    {\"city\": \"Paris </tool_call> {x}\", \"days\": [1, {\"a\": 2}]}}\n\
+                    </tool_call>";
+        let mut parser = ToolCallParser::new(ToolFormat::Json, ParamTypes::new());
+        let mut all = ToolDelta::default();
+        let mut before_close = Vec::new();
+        for (i, c) in text.char_indices() {
+            let d = parser.push(&text[i..i + c.len_utf8()]);
+            if d.calls.is_empty() {
+                before_close.extend(d.pieces.iter().map(|p| p.arguments.clone()));
+            }
+            all.absorb(d);
+        }
+        all.absorb(parser.finish());
+        check_pieces(&all);
+        assert_eq!(all.text, "Sure.");
+        let args = &all.calls[0].arguments;
+        assert_eq!(
+            args,
+            r#"{"city": "Paris </tool_call> {x}", "days": [1, {"a": 2}]}"#
+        );
+        // All of it went out before the block closed, piece by piece.
+        assert_eq!(before_close.concat(), *args);
+        assert!(before_close.iter().filter(|p| !p.is_empty()).count() > 10);
+    }
+
+    /// A real model's forced call (the prefix in the prompt), every cut.
+    #[test]
+    fn forced_json_call_pieces_under_every_cut() {
+        let prefix = ToolFormat::Json.forced_prefix(Some("get_weather"));
+        let make = || ToolCallParser::forced(ToolFormat::Json, ParamTypes::new(), &prefix);
+        let out = check_every_cut(make, "\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>");
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].arguments, r#"{"city": "Oslo", "days": 3}"#);
+        assert_eq!(out.text, "");
+        // The name is known from the prefix: it goes out with the first push.
+        let mut parser = make();
+        let first = parser.push("\"");
+        assert_eq!(first.pieces.len(), 1, "{first:?}");
+        assert_eq!(first.pieces[0].name.as_deref(), Some("get_weather"));
+        assert_eq!(first.pieces[0].arguments, "{\"");
+    }
+
+    #[test]
+    fn committed_calls_cut_short_or_malformed() {
+        // max_tokens in the middle of the arguments: the call is what was sent.
+        let out = check_every_cut(
+            || ToolCallParser::new(ToolFormat::Json, ParamTypes::new()),
+            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1, \"b",
+        );
+        assert_eq!(out.calls[0].arguments, r#"{"a": 1, "b"#);
+        assert_eq!(out.text, "");
+        // Markup where the arguments go on: nothing past it is sent.
+        let out = check_every_cut(
+            || ToolCallParser::new(ToolFormat::Json, ParamTypes::new()),
+            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": <b>}}</tool_call> done",
+        );
+        assert_eq!(out.calls[0].arguments, r#"{"a": "#);
+        assert_eq!(out.text, " done");
+        // Keys in another order, arguments as a string: parsed whole.
+        let out = check_every_cut(
+            || ToolCallParser::new(ToolFormat::Json, ParamTypes::new()),
+            "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>\
+             <tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"b\\\": 2}\"}</tool_call>",
+        );
+        assert_eq!(out.calls[0].arguments, r#"{"a":1}"#);
+        assert_eq!(out.calls[1].arguments, r#"{"b":2}"#);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{
     error::ApiError,
-    tool_parser::{param_types, ParamTypes, ToolCall, ToolCallParser, ToolFormat},
+    tool_parser::{param_types, CallPiece, ParamTypes, ToolCall, ToolCallParser, ToolFormat},
 };
 
 /// How one chat request uses tools.
@@ -244,15 +244,42 @@ pub struct ToolCallOut {
     pub function: FunctionOut,
 }
 
-/// `delta.tool_calls[]`: the whole call in one delta (index, id, name and
-/// the complete arguments).
+/// `delta.tool_calls[]`: a call's first delta has its `id`, `type` and
+/// `function.name`; every delta has a piece of `function.arguments`, and
+/// the pieces of one `index` add up to the call's arguments.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ToolCallDelta {
     pub index: usize,
-    pub id: String,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: FunctionOut,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+/// `delta.tool_calls[].function`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// The delta of a streamed piece; a first piece (with the name) gets a
+    /// fresh `call_` id.
+    pub fn from_piece(piece: CallPiece) -> Self {
+        let first = piece.name.is_some();
+        ToolCallDelta {
+            index: piece.index,
+            id: first.then(|| call_id("call_")),
+            kind: first.then_some("function"),
+            function: FunctionDelta {
+                name: piece.name,
+                arguments: piece.arguments,
+            },
+        }
+    }
 }
 
 impl ToolCallOut {
@@ -264,15 +291,6 @@ impl ToolCallOut {
                 name: call.name,
                 arguments: call.arguments,
             },
-        }
-    }
-
-    pub fn into_delta(self, index: usize) -> ToolCallDelta {
-        ToolCallDelta {
-            index,
-            id: self.id,
-            kind: self.kind,
-            function: self.function,
         }
     }
 }

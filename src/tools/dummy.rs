@@ -492,7 +492,7 @@ fn hybrid_layer_tensors(
     };
     push("input_layernorm.weight", vec![h], Init::Ones);
     push("post_attention_layernorm.weight", vec![h], Init::Ones);
-    if (layer + 1) % FULL_ATTENTION_INTERVAL == 0 {
+    if (layer + 1).is_multiple_of(FULL_ATTENTION_INTERVAL) {
         push(
             "self_attn.q_proj.weight",
             vec![2 * nh * hd, h],

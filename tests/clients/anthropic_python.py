@@ -61,6 +61,21 @@ def main():
     assert stext == text, (stext, text)
     assert final.usage.output_tokens == m.usage.output_tokens, final.usage
 
+    # A stop sequence that ends the message is named, whole and streamed.
+    if a.kind == "real":
+        stop = "Paris"
+        m3 = client.messages.create(model="default", max_tokens=24, messages=ask, stop_sequences=[stop],
+                                    system="You are a helpful assistant.", extra_body={"temperature": 0})
+        assert m3.stop_reason == "stop_sequence" and m3.stop_sequence == stop, m3
+        t3 = "".join(b.text for b in m3.content if b.type == "text")
+        assert stop not in t3 and text.startswith(t3), (t3, text)
+        with client.messages.stream(model="default", max_tokens=24, messages=ask, stop_sequences=[stop],
+                                    system="You are a helpful assistant.", extra_body={"temperature": 0}) as s:
+            final3 = s.get_final_message()
+        assert final3.stop_reason == "stop_sequence" and final3.stop_sequence == stop, final3
+        # Ended by end-of-sequence or length: no stop sequence named.
+        assert m.stop_sequence is None and final.stop_sequence is None, (m, final)
+
     # Errors in Anthropic's shape.
     try:
         client.messages.create(model="default", max_tokens=0, messages=ask)
@@ -85,10 +100,11 @@ def main():
                                tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"})
     print("tool:", t.model_dump_json())
     if a.kind == "dummy":
-        # Random weights never close the call: it comes back as text, cut by max_tokens.
+        # Random weights never close the call: the forced call is committed
+        # (its name came from the server), cut by max_tokens; no markup as text.
         assert t.stop_reason == "max_tokens", t.stop_reason
-        assert [b.type for b in t.content] == ["text"], t.content
-        assert t.content[0].text.startswith('<tool_call>\n{"name": "get_weather"'), t.content
+        assert [b.type for b in t.content] == ["tool_use"], t.content
+        assert t.content[0].name == "get_weather", t.content
         print("ok")
         return 0
     assert t.stop_reason == "tool_use", t.stop_reason
@@ -99,9 +115,14 @@ def main():
                                 messages=[{"role": "user", "content": "Weather in Paris?"}],
                                 tools=[WEATHER],
                                 tool_choice={"type": "tool", "name": "get_weather"}) as s:
+        pieces = [e.delta.partial_json for e in s
+                  if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
         tfinal = s.get_final_message()
     suses = [b for b in tfinal.content if b.type == "tool_use"]
     assert len(suses) == 1 and suses[0].input == uses[0].input, (suses, uses)
+    # The input is streamed in pieces as the model writes it; they add up to it.
+    print("input_json_delta pieces:", pieces)
+    assert len(pieces) >= 2 and json.loads("".join(pieces)) == uses[0].input, pieces
     follow = client.messages.create(model="default", max_tokens=8, extra_body={"temperature": 0}, tools=[WEATHER],
                                     messages=[
                                         {"role": "user", "content": "Weather in Paris?"},

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
@@ -105,7 +107,26 @@ impl TestServer {
         Self::start_on_with_env(host, model, extra, &[])
     }
 
+    /// Like [`TestServer::start_on`], inside the network namespace `ns`
+    /// (bound to its address: a LAN server seen from this side).
+    pub fn start_in_netns(ns: &netns::NetNs, model: &Path, extra: &[&str]) -> TestServer {
+        let host = ns.inside_ip.to_string();
+        Self::start_wrapped(&ns.exec_prefix(), &host, model, extra, &[])
+    }
+
     fn start_on_with_env(
+        host: &str,
+        model: &Path,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> TestServer {
+        Self::start_wrapped(&[], host, model, extra, env)
+    }
+
+    /// Starts the server through `prefix` (a program that runs its
+    /// arguments, e.g. `ip netns exec NS`; empty = directly).
+    fn start_wrapped(
+        prefix: &[String],
         host: &str,
         model: &Path,
         extra: &[&str],
@@ -114,7 +135,15 @@ impl TestServer {
         let log_dir = tempfile::tempdir().expect("tempdir");
         let log = log_dir.path().join("server.log");
         let log_file = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(serve_bin())
+        let mut command = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(serve_bin());
+                c
+            }
+            None => Command::new(serve_bin()),
+        };
+        let mut child = command
             .args(["serve", "--host", host, "--port", "0", "--model"])
             .arg(model)
             .args(extra)

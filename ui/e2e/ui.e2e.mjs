@@ -66,6 +66,21 @@ await step("status", async () => {
   assert.equal(await text("copy-endpoint"), "Copied");
 });
 
+await step("connect-agent", async () => {
+  // Loopback: the base URL is the page's own, with ready snippets per agent.
+  await page.goto(base + "/");
+  await page.getByTestId("connect-agent").waitFor();
+  assert.equal(await text("agent-base-url"), `${base}/v1`);
+  await page.getByTestId("agent-tab-aider").click();
+  assert.match(await text("agent-snippet"), new RegExp(`--openai-api-base ${base}/v1 `));
+  await page.getByTestId("agent-tab-claude").click();
+  assert.match(await text("agent-snippet"), new RegExp(`ANTHROPIC_BASE_URL=${base} `));
+  await page.getByTestId("agent-tab-opencode").click();
+  assert.equal(JSON.parse(await text("agent-snippet")).provider.hearth.options.baseURL, `${base}/v1`);
+  await page.getByTestId("copy-agent-snippet").click();
+  assert.equal(JSON.parse(await page.evaluate(() => navigator.clipboard.readText())).model, "hearth/default");
+});
+
 await step("status-live", async () => {
   // A streaming request in flight shows up as running, with tok/s.
   const controller = new AbortController();
@@ -276,6 +291,13 @@ await step("models-switch", async () => {
   await row.getByTestId("model-load").click();
   await expectEventually(async () => (await api("/api/status")).body.model?.id === "qwen3-tiny", "qwen3-tiny to be served", 120_000);
   await page.waitForFunction(() => document.querySelector('[data-model="qwen3-tiny"]')?.textContent?.includes("served"), null, { timeout: 15_000 });
+  // The load reported the weights read, tensors and bytes, up to the total.
+  const load = (await api("/api/status")).body.manager.load;
+  assert.equal(load.model, "qwen3-tiny");
+  assert.ok(load.done && load.bytes_total > 0 && load.bytes_done === load.bytes_total, JSON.stringify(load));
+  assert.ok(load.tensors_total > 0 && load.tensors_done === load.tensors_total, JSON.stringify(load));
+  await page.getByTestId("load-last").waitFor();
+  assert.match(await text("load-last"), new RegExp(`Last load: qwen3-tiny, ${load.tensors_total} tensors, [\\d.]+ (KiB|MiB|GiB) in [\\d.]+ s`));
   await page.screenshot({ path: join(shots, "models-switched.png"), fullPage: true });
   await page.getByTestId("nav-status").click();
   await page.waitForFunction(() => document.querySelector('[data-testid="model-arch"]')?.textContent === "qwen3");
@@ -292,6 +314,93 @@ await step("models-switch", async () => {
   await page.getByTestId("nav-models").click();
   await page.locator('[data-testid="model-row"][data-model="SmolLM2-135M-Instruct.Q4_1.gguf"]').getByTestId("model-load").click();
   await expectEventually(async () => (await api("/api/status")).body.state === "ready", "SmolLM2 to be served again", 120_000);
+});
+
+await step("downloads", async () => {
+  // The test's local hub serves `test-org/small` slowly: start it, Cancel,
+  // Resume; it finishes from where it stopped, sha256 checked.
+  await page.getByTestId("nav-models").click();
+  await page.getByTestId("download-repo").fill("test-org/small");
+  await page.getByTestId("download-start").click();
+  const row = page.locator('[data-testid="download-row"][data-repo="test-org/small"]').last();
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')];
+    const t = rows.at(-1)?.textContent ?? "";
+    return /downloading/.test(t) && /(KiB|MiB) of/.test(t);
+  }, null, { timeout: 30_000 });
+  await row.getByTestId("download-cancel").click();
+  await page.waitForFunction(() => /cancelled/.test([...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')].at(-1)?.textContent ?? ""));
+  await page.screenshot({ path: join(shots, "download-cancelled.png"), fullPage: true });
+  await row.getByTestId("download-resume").click();
+  await page.waitForFunction(() => {
+    const t = [...document.querySelectorAll('[data-testid="download-row"][data-repo="test-org/small"]')].at(-1)?.textContent ?? "";
+    return /done/.test(t);
+  }, null, { timeout: 60_000 });
+  const done = await page.locator('[data-testid="download-row"][data-repo="test-org/small"]').last().innerText();
+  assert.match(done, /3\/3 files/, done);
+  assert.match(done, /resumed/, done);
+  assert.match(done, /1 sha256 checked/, done);
+  const list = (await api("/api/models/downloads")).body.filter((d) => d.repo === "test-org/small");
+  assert.deepEqual(list.map((d) => d.state), ["cancelled", "done"]);
+  assert.ok(list[1].bytes_resumed > 0 && list[1].bytes_done === list[1].bytes_total, JSON.stringify(list[1]));
+});
+
+await step("chat-no-layout-jump", async () => {
+  // At the Tauri window size, the composer and the message list keep
+  // their place while an answer streams (only the list's content grows).
+  await page.setViewportSize({ width: 900, height: 640 });
+  await page.getByTestId("nav-chat").click();
+  await page.getByTestId("chat-new").click();
+  await page.getByTestId("chat-input").fill("Count from one to forty in words.");
+  await page.getByTestId("chat-send").click();
+  const boxes = [];
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline && (await page.getByTestId("chat-stop").count()) === 1) {
+    const box = await page.evaluate(() => {
+      const r = (id) => document.querySelector(`[data-testid="${id}"]`)?.getBoundingClientRect();
+      const input = r("chat-input");
+      const list = r("chat-messages");
+      return input && list ? { input: [input.x, input.y, input.width, input.height], list: [list.x, list.y, list.width, list.height], scroll: document.scrollingElement.scrollTop } : null;
+    });
+    if (box) boxes.push(box);
+    await page.waitForTimeout(100);
+  }
+  await page.getByTestId("finish-reason").last().waitFor({ timeout: 120_000 });
+  assert.ok(boxes.length >= 5, `only ${boxes.length} samples while streaming`);
+  const first = JSON.stringify(boxes[0]);
+  for (const b of boxes) assert.equal(JSON.stringify(b), first, "the layout moved while streaming");
+  await page.screenshot({ path: join(shots, "900x640-chat-streamed.png") });
+});
+
+await step("layout-sizes", async () => {
+  // The Tauri window (900x640) and a phone (390x844), dark and light:
+  // every page renders its main element without a horizontal scrollbar.
+  const ready = {
+    status: () => page.getByTestId("model-name").waitFor(),
+    memory: () => page.getByTestId("memory-chart").locator("canvas").waitFor(),
+    bench: () => page.getByTestId("bench-run").waitFor(),
+    chat: () => page.getByTestId("chat-input").waitFor(),
+    models: () => page.getByTestId("models-table").waitFor(),
+  };
+  await page.goto(base + "/");
+  for (const [width, height] of [[900, 640], [390, 844]]) {
+    await page.setViewportSize({ width, height });
+    for (const theme of ["dark", "light"]) {
+      await page.evaluate((t) => localStorage.setItem("hearth.theme", t), theme);
+      for (const [name, waitReady] of Object.entries(ready)) {
+        await page.goto(`${base}/#/${name}`);
+        await page.reload();
+        await waitReady();
+        await page.waitForTimeout(150);
+        assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), theme);
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert.ok(overflow <= 0, `${name} at ${width}x${height} (${theme}) is ${overflow}px too wide`);
+        await page.screenshot({ path: join(shots, `${width}x${height}-${theme}-${name}.png`), fullPage: true });
+      }
+    }
+  }
+  await page.evaluate(() => localStorage.removeItem("hearth.theme"));
+  await page.setViewportSize({ width: 1280, height: 900 });
 });
 
 await step("no-page-errors", async () => {

@@ -23,13 +23,18 @@ export const PALETTE = ["#f29d38", "#4c8bf5", "#3fb37f", "#d9534f", "#9b59b6", "
 export function Chart(props: ChartProps) {
   const host = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
-  const shape = JSON.stringify([props.series.map((s) => s.label), props.time, props.xLog, props.xLabel, props.yLabel]);
+  // The theme is part of the shape: axis colours come from its CSS variables.
+  const theme = typeof document === "undefined" ? "" : document.documentElement.dataset.theme ?? "";
+  const shape = JSON.stringify([props.series.map((s) => s.label), props.time, props.xLog, props.xLabel, props.yLabel, theme]);
 
   useEffect(() => {
     const el = host.current;
     if (!el) return;
-    const width = Math.max(300, el.clientWidth || 600);
+    const width = Math.max(240, el.clientWidth || 600);
     const yFormat = props.yFormat;
+    const css = getComputedStyle(document.documentElement);
+    const axis = css.getPropertyValue("--muted").trim() || "#9aa3b2";
+    const grid = css.getPropertyValue("--grid").trim() || "#2a3040";
     const opts: uPlot.Options = {
       title: props.title,
       width,
@@ -38,14 +43,14 @@ export function Chart(props: ChartProps) {
       axes: [
         {
           label: props.xLabel,
-          stroke: "#9aa3b2",
-          grid: { stroke: "#2a3040" },
+          stroke: axis,
+          grid: { stroke: grid },
           splits: props.xLog ? (u) => [...(u.data[0] as number[])] : undefined,
         },
         {
           label: props.yLabel,
-          stroke: "#9aa3b2",
-          grid: { stroke: "#2a3040" },
+          stroke: axis,
+          grid: { stroke: grid },
           size: 70,
           values: yFormat ? (_u, splits) => splits.map((v) => yFormat(v)) : undefined,
         },
@@ -53,7 +58,7 @@ export function Chart(props: ChartProps) {
       series: [{ label: props.xLabel ?? (props.time === false ? "x" : "time") }, ...props.series],
     };
     plot.current = new uPlot(opts, props.data, el);
-    const resize = () => plot.current?.setSize({ width: Math.max(300, el.clientWidth), height: props.height ?? 260 });
+    const resize = () => plot.current?.setSize({ width: Math.max(240, el.clientWidth), height: props.height ?? 260 });
     window.addEventListener("resize", resize);
     return () => {
       window.removeEventListener("resize", resize);

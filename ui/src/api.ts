@@ -1,5 +1,6 @@
 // Types and calls of the server's `/api/*` endpoints (docs/api.md, "UI
 // endpoints"). The UI talks only to these and the public OpenAI routes.
+import { apiFetch } from "./auth/key";
 
 export interface ModelSummary {
   id: string;
@@ -20,6 +21,19 @@ export interface ManagerStatus {
   loading_seconds: number | null;
   loading_bytes: number | null;
   last_error: string | null;
+  /** The load running now, else the last one. */
+  load: LoadReport | null;
+}
+
+/** Weights read so far by a model load (`manager.load`). */
+export interface LoadReport {
+  model: string;
+  tensors_done: number;
+  tensors_total: number;
+  bytes_done: number;
+  bytes_total: number;
+  seconds: number;
+  done: boolean;
 }
 
 export interface Status {
@@ -28,6 +42,8 @@ export interface Status {
   model: ModelSummary | null;
   manager: ManagerStatus;
   endpoint: string;
+  /** LAN mode: base URLs other machines can use (empty on loopback). */
+  lan_endpoints?: string[];
   running: number;
   queued: number;
   max_running: number;
@@ -83,12 +99,14 @@ export interface Models {
 
 export interface Download {
   repo: string;
-  state: "listing" | "downloading" | "done" | "failed";
+  state: "listing" | "downloading" | "done" | "failed" | "cancelled";
   file: string | null;
   files_done: number;
   files_total: number;
   bytes_done: number;
   bytes_total: number | null;
+  bytes_resumed: number;
+  files_verified: number;
   error: string | null;
   model: string;
 }
@@ -164,7 +182,7 @@ async function check(response: Response): Promise<Response> {
 }
 
 export async function getJson<T>(path: string, init?: RequestInit): Promise<T> {
-  const response = await check(await fetch(path, init));
+  const response = await check(await apiFetch(path, init));
   return (await response.json()) as T;
 }
 
@@ -185,10 +203,11 @@ export const api = {
   unloadModel: () => postJson<ManagerStatus>("/api/models/unload", {}),
   downloads: () => getJson<Download[]>("/api/models/downloads"),
   download: (repo: string) => postJson<Download>("/api/models/download", { repo }),
+  cancelDownload: (repo: string) => postJson<Download>("/api/models/download/cancel", { repo }),
   bench: () => getJson<BenchOverview>("/api/bench"),
   startBench: (request: StartBench) => postJson<BenchRun>("/api/bench", request),
   cancelBench: async () => {
-    await check(await fetch("/api/bench/current", { method: "DELETE" }));
+    await check(await apiFetch("/api/bench/current", { method: "DELETE" }));
   },
   benchReport: <T>(id: string) => getJson<T>(`/api/bench/runs/${encodeURIComponent(id)}`),
 };

@@ -9,6 +9,9 @@ import { MemoryPage } from "./pages/Memory";
 import { BenchPage } from "./pages/Bench";
 import { ChatPage } from "./pages/Chat";
 import { ModelsPage } from "./pages/Models";
+import { applyKey, keyState, loadKey, onKeyState } from "./auth/key";
+import { KeyPrompt } from "./auth/KeyPrompt";
+import { applyTheme, nextTheme, storedTheme } from "./theme";
 
 const PAGES = [
   { id: "status", label: "Status", view: StatusPage },
@@ -25,31 +28,57 @@ function currentPage(): string {
 
 function App() {
   const [page, setPage] = useState(currentPage());
+  const [auth, setAuth] = useState(keyState());
+  // Bumped when a key is entered, so the page mounts again and reloads.
+  const [generation, setGeneration] = useState(0);
+  const [theme, setTheme] = useState(storedTheme());
   useEffect(() => {
     const onHash = () => setPage(currentPage());
     window.addEventListener("hashchange", onHash);
-    return () => window.removeEventListener("hashchange", onHash);
+    const stop = onKeyState((s) => {
+      setAuth(s);
+      if (s.kind === "ok") setGeneration((g) => g + 1);
+    });
+    return () => {
+      window.removeEventListener("hashchange", onHash);
+      stop();
+    };
   }, []);
+  useEffect(() => applyTheme(theme), [theme]);
   const active = PAGES.find((p) => p.id === page) ?? PAGES[0];
   const View = active.view;
+  const hasKey = loadKey() !== null;
   return (
     <div class="layout">
       <nav class="sidebar">
         <div class="brand">
-          <img src="/favicon.svg" alt="" width={22} height={22} /> Hearth
+          <img src="/favicon.svg" alt="" width={22} height={22} /> <span class="brand-name">Hearth</span>
         </div>
-        {PAGES.map((p) => (
-          <a href={`#/${p.id}`} class={p.id === page ? "active" : ""} data-testid={`nav-${p.id}`}>
-            {p.label}
-          </a>
-        ))}
+        <div class="nav-links">
+          {PAGES.map((p) => (
+            <a href={`#/${p.id}`} class={p.id === page ? "active" : ""} data-testid={`nav-${p.id}`}>
+              {p.label}
+            </a>
+          ))}
+        </div>
+        <div class="sidebar-foot">
+          <button class="link" onClick={() => setTheme(nextTheme(theme))} title="Theme: auto follows the system" data-testid="theme-toggle">
+            Theme: {theme}
+          </button>
+          {hasKey && (
+            <button class="link" onClick={() => applyKey("")} title="Forget the API key kept in this browser" data-testid="key-forget">
+              Forget key
+            </button>
+          )}
+        </div>
       </nav>
       <main class="content">
-        <View />
+        {auth.kind === "required" ? <KeyPrompt state={auth} /> : <View key={`${page}-${generation}`} />}
       </main>
     </div>
   );
 }
 
+applyTheme(storedTheme());
 const root = document.getElementById("app");
 if (root) render(<App />, root);

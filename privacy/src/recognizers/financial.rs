@@ -38,7 +38,7 @@ pub(crate) fn luhn_valid(digits: &[u8]) -> bool {
         }
         sum += v;
     }
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// Whether the issuer prefix and length belong to a known card network.

@@ -12,7 +12,7 @@
 //! | `GET /api/status` | [`status`] (manager) |
 //! | `GET /api/memory` | [`memory`] (manager) |
 //! | `GET /api/models`, `POST /api/models/load`, `POST /api/models/unload` | [`models`] (manager) |
-//! | `POST /api/models/download`, `GET /api/models/downloads` | [`download`] (manager) |
+//! | `POST /api/models/download`, `POST /api/models/download/cancel`, `GET /api/models/downloads` | [`download`] (manager) |
 //! | `GET /api/settings` | [`models::settings`] |
 //! | `POST /api/extract` | [`documents`] |
 //! | `GET, POST /api/bench`, `DELETE /api/bench/current`, `GET /api/bench/runs/{id}[/markdown,/html]` | [`bench`] |
@@ -97,6 +97,7 @@ pub fn manager_routes() -> Router<Arc<ModelManager>> {
         .route("/api/models/load", post(models::load))
         .route("/api/models/unload", post(models::unload))
         .route("/api/models/download", post(download::start))
+        .route("/api/models/download/cancel", post(download::cancel))
         .route("/api/models/downloads", get(download::list))
         .method_not_allowed_fallback(info::method_not_allowed)
 }

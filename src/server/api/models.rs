@@ -50,11 +50,7 @@ pub struct ModelsBody {
     pub models: Vec<LocalModel>,
 }
 
-/// Whether a model of `size` bytes fits in `available` bytes (see the
-/// module docs).
-pub fn fits(size: u64, available: u64) -> bool {
-    size.saturating_add(size / 5) <= available
-}
+pub use crate::engine::fit::fits;
 
 pub async fn list(State(manager): State<Arc<ModelManager>>) -> Json<ModelsBody> {
     let dir = home::models_dir();
@@ -102,7 +98,8 @@ pub struct LoadRequest {
 }
 
 /// `POST /api/models/load`: 202 and the load starts; 404 for an unknown
-/// model; 409 while another load runs.
+/// model; 507 when it does not fit in memory (the served model keeps
+/// serving); 409 while another load runs.
 pub async fn load(
     State(manager): State<Arc<ModelManager>>,
     body: Bytes,
@@ -118,6 +115,18 @@ pub async fn load(
         error.param = Some("model".into());
         error.code = Some("model_not_found");
         return Err(error);
+    }
+    let freed = manager
+        .current()
+        .map_or(0, |s| s.scheduler.info().weight_bytes as u64);
+    if let Ok(path) = home::resolve_model(Some(&name)) {
+        if let Err(too_large) = crate::engine::fit::check_replacing(&path, freed) {
+            let mut e = ApiError::invalid(too_large.to_string());
+            e.status = StatusCode::INSUFFICIENT_STORAGE;
+            e.code = Some("model_too_large");
+            e.param = Some("model".into());
+            return Err(e);
+        }
     }
     if manager.status().state == "loading" {
         let mut e = ApiError::invalid("Another model is loading; wait for it to finish.");
@@ -151,16 +160,4 @@ pub async fn unload(State(manager): State<Arc<ModelManager>>) -> Json<ManagerSta
 
 pub async fn settings(State(state): State<Arc<AppState>>) -> Json<ServerSettings> {
     Json(state.settings.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fits;
-
-    #[test]
-    fn fit_leaves_a_fifth_for_the_cache() {
-        assert!(fits(100, 120));
-        assert!(!fits(100, 119));
-        assert!(fits(0, 0));
-    }
 }

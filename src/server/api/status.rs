@@ -50,6 +50,8 @@ pub struct StatusBody {
     pub manager: ManagerStatus,
     /// OpenAI base URL as the browser reached this server.
     pub endpoint: String,
+    /// LAN mode: base URLs other machines can use (src/server/discovery.rs); empty on loopback.
+    pub lan_endpoints: Vec<String>,
     pub running: usize,
     pub queued: usize,
     pub max_running: usize,
@@ -60,6 +62,9 @@ pub struct StatusBody {
     /// Generated tokens per second over the sampler's last interval.
     pub tokens_per_second: f64,
     pub uptime_s: f64,
+    /// Prefix cache hits, misses, reused tokens and bytes; `null` while no
+    /// model is loaded (docs/prefix-cache.md).
+    pub prefix_cache: Option<crate::scheduler::metrics::PrefixCacheStatus>,
 }
 
 pub async fn status(
@@ -87,6 +92,10 @@ pub async fn status(
         model: current.as_deref().map(model_summary),
         manager: manager_status,
         endpoint: format!("http://{host}/v1"),
+        lan_endpoints: ui
+            .local_addr()
+            .map(|local| crate::server::discovery::lan_base_urls(settings, local))
+            .unwrap_or_default(),
         running: scheduler.as_ref().map_or(0, |s| s.running),
         queued: scheduler.as_ref().map_or(0, |s| s.queued),
         max_running: settings.max_running,
@@ -96,6 +105,7 @@ pub async fn status(
         generated_tokens_total: scheduler.as_ref().map_or(0, |s| s.generated_tokens_total),
         tokens_per_second: ui.memory.latest_tokens_per_second(),
         uptime_s: ui.uptime_s(),
+        prefix_cache: scheduler.map(|s| s.prefix_cache),
     })
 }
 

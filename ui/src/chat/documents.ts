@@ -1,6 +1,7 @@
 // Documents in chat: the server extracts the text (`POST /api/extract`, PDF,
 // DOCX, text and code) and counts its tokens with the model's tokenizer; the
 // user reviews it, and it is sent as context ahead of the message.
+import { apiFetch } from "../auth/key";
 
 export interface Attachment {
   name: string;
@@ -10,7 +11,7 @@ export interface Attachment {
 }
 
 export async function extractDocument(file: File): Promise<Attachment> {
-  const response = await fetch(`/api/extract?filename=${encodeURIComponent(file.name)}`, {
+  const response = await apiFetch(`/api/extract?filename=${encodeURIComponent(file.name)}`, {
     method: "POST",
     headers: { "content-type": file.type || "application/octet-stream" },
     body: file,

@@ -1,5 +1,6 @@
 // Streaming chat completions over the public `/v1/chat/completions` (SSE),
 // with an AbortSignal for the Stop button.
+import { apiFetch } from "../auth/key";
 
 export interface ChatMessage {
   role: "system" | "user" | "assistant";
@@ -23,7 +24,7 @@ export interface StreamResult {
 export async function streamChat(options: StreamOptions): Promise<StreamResult> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (options.anonymize) headers["X-Hearth-Anonymize"] = "true";
-  const response = await fetch("/v1/chat/completions", {
+  const response = await apiFetch("/v1/chat/completions", {
     method: "POST",
     headers,
     signal: options.signal,
@@ -93,7 +94,7 @@ export interface PrivacyPreview {
 
 /** Asks the server which spans it will mask; `null` when the server has no privacy preview. */
 export async function previewPrivacy(text: string): Promise<PrivacyPreview | null> {
-  const response = await fetch("/api/privacy/preview", {
+  const response = await apiFetch("/api/privacy/preview", {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ text }),

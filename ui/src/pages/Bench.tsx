@@ -6,6 +6,16 @@ import { api, BenchOverview, StartBench } from "../api";
 import { date, num } from "../format";
 import { ReportView } from "../report/Report";
 import type { Report } from "../report/types";
+import { downloadWithKey, loadKey } from "../auth/key";
+
+/** A plain link works without a key; with one, the click fetches with it. */
+function keyedDownload(path: string, fallback: string) {
+  return (e: MouseEvent) => {
+    if (!loadKey()) return;
+    e.preventDefault();
+    downloadWithKey(path, fallback).catch(() => {});
+  };
+}
 
 function parseList(text: string): number[] | undefined {
   const values = text
@@ -159,9 +169,9 @@ export function BenchPage() {
                   <td>{num(run.best_wall_tps)}</td>
                   <td>{num(run.decode_tps)}{run.suspect ? " ⚠" : ""}</td>
                   <td class="exports">
-                    <a href={`/api/bench/runs/${run.id}`} download data-testid="export-json">JSON</a>{" "}
-                    <a href={`/api/bench/runs/${run.id}/markdown`} download data-testid="export-markdown">Markdown</a>{" "}
-                    <a href={`/api/bench/runs/${run.id}/html`} download data-testid="export-html">HTML</a>
+                    <a href={`/api/bench/runs/${run.id}`} download onClick={keyedDownload(`/api/bench/runs/${run.id}`, `hearth-bench-${run.id}.json`)} data-testid="export-json">JSON</a>{" "}
+                    <a href={`/api/bench/runs/${run.id}/markdown`} download onClick={keyedDownload(`/api/bench/runs/${run.id}/markdown`, `hearth-bench-${run.id}.md`)} data-testid="export-markdown">Markdown</a>{" "}
+                    <a href={`/api/bench/runs/${run.id}/html`} download onClick={keyedDownload(`/api/bench/runs/${run.id}/html`, `hearth-bench-${run.id}.html`)} data-testid="export-html">HTML</a>
                   </td>
                 </tr>
               ))}

@@ -4,6 +4,8 @@ import { useState } from "preact/hooks";
 import { api } from "../api";
 import { bytes, count, duration, int, num } from "../format";
 import { usePoll } from "../poll";
+import { LoadProgress } from "../LoadProgress";
+import { ConnectAgentCard } from "./ConnectAgent";
 
 export function StatusPage() {
   const { data: status, error } = usePoll(api.status, 1000);
@@ -68,6 +70,7 @@ export function StatusPage() {
               {num(status.manager.loading_seconds)} s <span class="spinner" />
             </p>
           )}
+          {status.manager.load && (loading || status.manager.load.done) && <LoadProgress report={status.manager.load} />}
           {status.manager.last_error && <p class="error" data-testid="model-error">Last load failed: {status.manager.last_error}</p>}
           {!m && !loading && <p data-testid="model-none">No model is loaded. Pick one on the <a href="#/models">Models</a> page.</p>}
           {m && (
@@ -92,6 +95,7 @@ export function StatusPage() {
           )}
         </div>
       </div>
+      {m && <ConnectAgentCard status={status} />}
     </section>
   );
 }

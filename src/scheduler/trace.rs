@@ -1,0 +1,86 @@
+//! Optional per-step trace for profiling (`HEARTH_STEP_TRACE=/path/file.tsv`).
+//!
+//! One tab-separated line per engine step: microseconds since the engine
+//! started, the step's duration, the idle gap before it (host time spent
+//! outside `step`: commands, admission, metrics), decode rows, prompt tokens
+//! prefilled, the batch span (rows allocated) and whether the decode was
+//! pipelined. Used to see where step time goes on a GPU (docs/cuda.md);
+//! off by default, costs one buffered write per step when on.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    time::Instant,
+};
+
+/// What one step did, for the trace.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct StepStats {
+    pub decode_rows: usize,
+    pub prefill_tokens: usize,
+    pub span: usize,
+    pub pipelined: bool,
+}
+
+pub(super) struct StepTrace {
+    out: BufWriter<File>,
+    origin: Instant,
+    last_end: Option<Instant>,
+}
+
+impl StepTrace {
+    /// Opens the trace file named by `HEARTH_STEP_TRACE`, if set.
+    pub(super) fn from_env() -> Option<Self> {
+        let path = std::env::var_os("HEARTH_STEP_TRACE")?;
+        match File::create(&path) {
+            Ok(file) => {
+                let mut out = BufWriter::new(file);
+                let _ = writeln!(
+                    out,
+                    "t_us\tstep_us\tgap_us\tdecode_rows\tprefill_tokens\tspan\tpipelined"
+                );
+                Some(StepTrace {
+                    out,
+                    origin: Instant::now(),
+                    last_end: None,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(path = ?path, error = %e, "cannot open the step trace");
+                None
+            }
+        }
+    }
+
+    pub(super) fn record(&mut self, started: Instant, ended: Instant, stats: StepStats) {
+        let gap = self
+            .last_end
+            .map(|last| started.saturating_duration_since(last).as_micros())
+            .unwrap_or(0);
+        self.last_end = Some(ended);
+        let _ = writeln!(
+            self.out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            started.saturating_duration_since(self.origin).as_micros(),
+            ended.saturating_duration_since(started).as_micros(),
+            gap,
+            stats.decode_rows,
+            stats.prefill_tokens,
+            stats.span,
+            u8::from(stats.pipelined),
+        );
+    }
+
+    /// An idle engine (nothing running) ends the current burst: the next
+    /// step's gap is not host overhead.
+    pub(super) fn idle(&mut self) {
+        self.last_end = None;
+        let _ = self.out.flush();
+    }
+}
+
+impl Drop for StepTrace {
+    fn drop(&mut self) {
+        let _ = self.out.flush();
+    }
+}
