@@ -43,5 +43,11 @@ export function duration(seconds: number): string {
 }
 
 export function date(unixSeconds: number): string {
-  return new Date(unixSeconds * 1000).toLocaleString();
+  const d = new Date(unixSeconds * 1000);
+  try {
+    return d.toLocaleString();
+  } catch {
+    // A POSIX "C" locale is not a BCP 47 tag: WebKitGTK throws RangeError.
+    return d.toLocaleString("en-US");
+  }
 }
