@@ -164,9 +164,19 @@ async fn anonymized_requests_mask_the_prompt_and_restore_the_answer() {
     let prompt_tokens = &anonymized["usage"]["prompt_tokens"];
     assert_eq!(prompt_tokens, &plain_masked["usage"]["prompt_tokens"]);
     assert_ne!(prompt_tokens, &plain_clear["usage"]["prompt_tokens"]);
+    for key in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(
+            anonymized["usage"][key], plain_masked["usage"][key],
+            "usage is of what the model saw ({key})"
+        );
+    }
+    // The prompt was token for token the masked one sent before: the prefix
+    // cache served all of it but the last token.
     assert_eq!(
-        anonymized["usage"], plain_masked["usage"],
-        "usage is of what the model saw"
+        anonymized["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(),
+        prompt_tokens.as_u64().map(|n| n - 1),
+        "{}",
+        anonymized["usage"]
     );
     // ... and wrote the same tokens, which come back restored.
     let text = anonymized["choices"][0]["text"].as_str().unwrap();
