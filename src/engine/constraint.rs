@@ -383,7 +383,7 @@ fn inspect_decoder(
 /// Bytes of a byte-level BPE token spelled in GPT-2's printable alphabet:
 /// printable Latin-1 bytes stand for themselves, the other 68 byte values
 /// were moved to U+0100.. in ascending order.
-fn byte_level_bytes(piece: &str) -> Option<Vec<u8>> {
+pub(crate) fn byte_level_bytes(piece: &str) -> Option<Vec<u8>> {
     fn printable(b: u8) -> bool {
         matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF)
     }
@@ -402,7 +402,7 @@ fn byte_level_bytes(piece: &str) -> Option<Vec<u8>> {
 }
 
 /// SentencePiece byte-fallback tokens look like `<0x0A>`.
-fn byte_fallback_byte(piece: &str) -> Option<u8> {
+pub(crate) fn byte_fallback_byte(piece: &str) -> Option<u8> {
     let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
     if hex.len() != 2 {
         return None;

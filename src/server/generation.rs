@@ -25,7 +25,11 @@ use super::{
     tool_parser::{CallPiece, ToolCall, ToolCallParser},
 };
 use crate::{
-    engine::{sampling::Sampled, text::TextStream},
+    engine::{
+        constraint::{byte_fallback_byte as byte_fallback, byte_level_bytes},
+        sampling::Sampled,
+        text::TextStream,
+    },
     scheduler::{FinishReason, JobEvent, JobHandle, JobSummary},
 };
 
@@ -415,37 +419,6 @@ impl<'t> TokenLabels<'t> {
             Err(_) => piece.unwrap_or_default().into_bytes(),
         }
     }
-}
-
-/// Bytes of a byte-level BPE token spelled in GPT-2's printable alphabet:
-/// bytes that are printable Latin-1 stand for themselves, the other 68 byte
-/// values were moved to U+0100.. in ascending order. `None` if a character
-/// is outside that alphabet.
-fn byte_level_bytes(piece: &str) -> Option<Vec<u8>> {
-    fn printable(b: u8) -> bool {
-        matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF)
-    }
-    piece
-        .chars()
-        .map(|c| {
-            let code = u32::from(c);
-            if code < 256 {
-                let b = code as u8;
-                return printable(b).then_some(b);
-            }
-            let nth = code.checked_sub(256)? as usize;
-            (0u8..=255).filter(|&b| !printable(b)).nth(nth)
-        })
-        .collect()
-}
-
-/// SentencePiece byte-fallback tokens look like `<0x0A>`.
-fn byte_fallback(piece: &str) -> Option<u8> {
-    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
-        return None;
-    }
-    u8::from_str_radix(hex, 16).ok()
 }
 
 /// Logprobs can be `-inf` (a banned token forced by a bias); JSON cannot
