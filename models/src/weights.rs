@@ -80,6 +80,17 @@ pub fn read_all(
     Ok(())
 }
 
+/// Runs `load` (which builds lazy `Load` arrays) on the default device's
+/// stream, so the tensors are read where they will be used. mlx-rs builds
+/// them on the CPU stream unless told otherwise; on MLX's CUDA backend that
+/// leaves every weight in managed (host-migratable) memory, and the profile
+/// in bench/results/h200-2026-11-30.md showed decode kernels reading such
+/// weights many times slower than from device memory. On Metal and on the
+/// CPU there is one memory and this changes nothing.
+fn on_default_device<T>(load: impl FnOnce() -> T) -> T {
+    mlx_rs::with_stream(&mlx_rs::Stream::new(), load)
+}
+
 /// Group size of GGUF's Q4_0 / Q4_1 / Q8_0 blocks.
 pub const GGUF_GROUP_SIZE: i32 = 32;
 
@@ -130,9 +141,11 @@ impl Weights {
         let mut tensors = HashMap::new();
         for file in &files {
             check_safetensors(file)?;
-            let loaded = Array::load_safetensors(file).map_err(|e| ModelError::Weights {
-                path: file.clone(),
-                message: format!("cannot read safetensors: {e}"),
+            let loaded = on_default_device(|| Array::load_safetensors(file)).map_err(|e| {
+                ModelError::Weights {
+                    path: file.clone(),
+                    message: format!("cannot read safetensors: {e}"),
+                }
             })?;
             tensors.extend(loaded);
         }
@@ -159,7 +172,7 @@ impl Weights {
         config: &ModelConfig,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self> {
-        let file = GgufFile::load(path).map_err(|e| ModelError::Weights {
+        let file = on_default_device(|| GgufFile::load(path)).map_err(|e| ModelError::Weights {
             path: path.to_path_buf(),
             message: format!("cannot read GGUF tensors: {e}"),
         })?;
