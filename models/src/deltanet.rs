@@ -25,7 +25,7 @@
 //! device. A single decoding token takes the recurrence directly.
 
 use mlx_rs::{
-    fast, nn,
+    fast,
     ops::{self, indexing::IndexOp},
     Array, Dtype,
 };
@@ -50,6 +50,13 @@ pub struct GatedDeltaNet {
     out_proj: Linear,
     /// Depthwise convolution weights `[conv_dim, kernel]`.
     conv_weight: Array,
+    /// The same, `[kernel, conv_dim]` and contiguous: one decoding token's
+    /// convolution is `Σ_taps input · taps`, two kernels.
+    conv_taps: Array,
+    /// `key_dim^-1` and `key_dim^-1/2` (f32 scalars): the query and key
+    /// scales of a decoding step, applied inside its fused graph.
+    q_scale: Array,
+    k_scale: Array,
     /// `-exp(A_log)` per value head (f32).
     neg_a: Array,
     dt_bias: Array,
@@ -90,7 +97,12 @@ impl GatedDeltaNet {
             .take(&format!("{prefix}.A_log"))?
             .as_dtype(Dtype::Float32)?;
         let neg_a = ops::negative(ops::exp(&a_log)?)?;
+        let conv_taps = conv_weight.transpose_axes(&[1, 0])?.contiguous()?;
+        let inv = (config.linear_key_head_dim as f32).powf(-0.5);
         Ok(GatedDeltaNet {
+            conv_taps,
+            q_scale: Array::from_f32(inv * inv),
+            k_scale: Array::from_f32(inv),
             in_proj_qkv: Linear::load(weights, &format!("{prefix}.in_proj_qkv"), false)?,
             in_proj_z: Linear::load(weights, &format!("{prefix}.in_proj_z"), false)?,
             in_proj_b: Linear::load(weights, &format!("{prefix}.in_proj_b"), false)?,
@@ -130,11 +142,14 @@ impl GatedDeltaNet {
             .in_proj_z
             .forward(x)?
             .reshape(&[b, l, self.value_heads, self.value_dim])?;
-        let beta = nn::sigmoid(self.in_proj_b.forward(x)?)?.as_dtype(Dtype::Float32)?;
-        let a = self.in_proj_a.forward(x)?;
-        // log of the decay, f32: -exp(A_log) * softplus(a + dt_bias)
-        let log_g =
-            nn::softplus(a.add(&self.dt_bias)?.as_dtype(Dtype::Float32)?)?.multiply(&self.neg_a)?;
+        // beta = sigmoid(b) and the log of the decay, -exp(A_log) *
+        // softplus(a + dt_bias), both f32.
+        let (beta, log_g) = crate::fused::delta_gates(
+            &self.in_proj_b.forward(x)?,
+            &self.in_proj_a.forward(x)?,
+            &self.dt_bias,
+            &self.neg_a,
+        )?;
 
         let init = self.zero_state(x.dtype())?;
         let state = cache.recurrent_state(&init)?;
@@ -145,16 +160,21 @@ impl GatedDeltaNet {
         let keep = self.kernel - 1;
         let total = conv_input.dim(1);
         let new_conv = conv_input.index((.., (total - keep).., ..));
-        let mut conv = conv_input
-            .index((.., 0..l, ..))
-            .multiply(self.conv_weight.index((.., 0)))?;
-        for k in 1..self.kernel {
-            let tap = conv_input
-                .index((.., k..k + l, ..))
-                .multiply(self.conv_weight.index((.., k)))?;
-            conv = conv.add(tap)?;
-        }
-        let conv = nn::silu(conv)?;
+        let conv = if l == 1 {
+            conv_input.multiply(&self.conv_taps)?.sum_axis(1, true)?
+        } else {
+            let mut conv = conv_input
+                .index((.., 0..l, ..))
+                .multiply(self.conv_weight.index((.., 0)))?;
+            for k in 1..self.kernel {
+                let tap = conv_input
+                    .index((.., k..k + l, ..))
+                    .multiply(self.conv_weight.index((.., k)))?;
+                conv = conv.add(tap)?;
+            }
+            conv
+        };
+        let conv = crate::fused::silu(&conv)?;
 
         let kd = self.key_heads * self.key_dim;
         let q = conv
@@ -170,22 +190,35 @@ impl GatedDeltaNet {
         // (which adds eps to the mean); queries also take key_dim^-1/2.
         let inv = (self.key_dim as f32).powf(-0.5);
         let rms_eps = 1e-6 * inv * inv;
-        let q = fast::rms_norm(&q, None, rms_eps)?.multiply(Array::from_f32(inv * inv))?;
-        let k = fast::rms_norm(&k, None, rms_eps)?.multiply(Array::from_f32(inv))?;
-
-        // To [B, Hv, L, D] in f32, key heads repeated for their value heads.
-        let to_heads = |t: Array| -> Result<Array> {
-            let t = self.repeat_heads(t)?;
-            Ok(t.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?)
-        };
-        let (q, k) = (to_heads(q)?, to_heads(k)?);
-        let v = v.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?;
+        let q = fast::rms_norm(&q, None, rms_eps)?;
+        let k = fast::rms_norm(&k, None, rms_eps)?;
         let log_g = log_g.transpose_axes(&[0, 2, 1])?;
         let beta = beta.transpose_axes(&[0, 2, 1])?;
+        // To [B, Hv, L, D], key heads repeated for their value heads.
+        let to_heads = |t: Array| -> Result<Array> {
+            let t = self.repeat_heads(t)?;
+            Ok(t.transpose_axes(&[0, 2, 1, 3])?)
+        };
 
         let (y, ssm) = if l == 1 {
-            delta_step(&q, &k, &v, &log_g, &beta, &state.ssm)?
+            // One fused graph: scales, f32 casts and the recurrence.
+            let v = v.transpose_axes(&[0, 2, 1, 3])?;
+            crate::fused::delta_step(
+                &to_heads(q)?,
+                &to_heads(k)?,
+                &v,
+                &log_g,
+                &beta,
+                &state.ssm,
+                &self.q_scale,
+                &self.k_scale,
+            )?
         } else {
+            let q = q.multiply(Array::from_f32(inv * inv))?;
+            let k = k.multiply(Array::from_f32(inv))?;
+            let f32 = |t: Array| Ok::<_, ModelError>(t.as_dtype(Dtype::Float32)?);
+            let (q, k) = (f32(to_heads(q)?)?, f32(to_heads(k)?)?);
+            let v = v.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?;
             delta_chunked(&q, &k, &v, &log_g, &beta, &state.ssm)?
         };
         cache.set_recurrent_state(
@@ -199,11 +232,11 @@ impl GatedDeltaNet {
         // [B, Hv, L, Dv] → [B, L, Hv, Dv]; RMSNorm gated by silu(z).
         let y = y.transpose_axes(&[0, 2, 1, 3])?.as_dtype(x.dtype())?;
         let normed = fast::rms_norm(&y, Some(&self.norm_weight), self.eps)?;
-        let gate = nn::silu(z.as_dtype(Dtype::Float32)?)?;
-        let out = gate
-            .multiply(normed.as_dtype(Dtype::Float32)?)?
-            .as_dtype(x.dtype())?
-            .reshape(&[b, l, self.value_heads * self.value_dim])?;
+        let out = crate::fused::gated_f32(&z, &normed)?.reshape(&[
+            b,
+            l,
+            self.value_heads * self.value_dim,
+        ])?;
         self.out_proj.forward(&out)
     }
 
@@ -409,7 +442,7 @@ mod tests {
                 .unwrap()
                 .multiply(Array::from_f32(0.2))
                 .unwrap();
-            let beta = nn::sigmoid(normal(&[b, h, t], 5)).unwrap();
+            let beta = ops::sigmoid(normal(&[b, h, t], 5)).unwrap();
             let state0 = normal(&[b, h, dk, dv], 6)
                 .multiply(Array::from_f32(0.1))
                 .unwrap();
@@ -452,6 +485,50 @@ mod tests {
                 "T={t}: state differs by {}",
                 err(&s, &state)
             );
+        }
+    }
+
+    /// The fused decoding step (element-wise, scales inside) equals the
+    /// matrix-product recurrence, for a batch of rows and several steps.
+    #[test]
+    fn fused_step_equals_recurrence() {
+        let (b, h, dk, dv) = (3, 2, 16, 8);
+        let (qs, ks) = (0.25f32, 0.5f32);
+        let mut fused_state = normal(&[b, h, dk, dv], 16);
+        let mut state = fused_state.clone();
+        for step in 0..3u64 {
+            let q = normal(&[b, h, 1, dk], 10 + 7 * step);
+            let k = normal(&[b, h, 1, dk], 11 + 7 * step);
+            let v = normal(&[b, h, 1, dv], 12 + 7 * step);
+            let log_g =
+                ops::negative(ops::abs(normal(&[b, h, 1], 13 + 7 * step)).unwrap()).unwrap();
+            let beta = ops::sigmoid(normal(&[b, h, 1], 14 + 7 * step)).unwrap();
+            let (y_fused, s_fused) = crate::fused::delta_step(
+                &q,
+                &k,
+                &v,
+                &log_g,
+                &beta,
+                &fused_state,
+                &Array::from_f32(qs),
+                &Array::from_f32(ks),
+            )
+            .unwrap();
+            let (y, s) = delta_step(
+                &q.multiply(Array::from_f32(qs)).unwrap(),
+                &k.multiply(Array::from_f32(ks)).unwrap(),
+                &v,
+                &log_g,
+                &beta,
+                &state,
+            )
+            .unwrap();
+            assert_eq!(y_fused.shape(), y.shape());
+            assert_eq!(s_fused.shape(), s.shape());
+            assert!(y_fused.all_close(&y, 1e-4, 1e-4, None).unwrap());
+            assert!(s_fused.all_close(&s, 1e-4, 1e-4, None).unwrap());
+            fused_state = s_fused;
+            state = s;
         }
     }
 }

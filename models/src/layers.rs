@@ -7,7 +7,6 @@
 
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
-    nn,
     ops::{self, indexing::IndexOp},
     Array,
 };
@@ -422,8 +421,7 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = nn::silu(self.gate_proj.forward(x)?)?;
-        let h = gate.multiply(self.up_proj.forward(x)?)?;
+        let h = crate::fused::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
         self.down_proj.forward(&h)
     }
 

@@ -17,6 +17,7 @@ pub mod cuda_gemv;
 pub mod deltanet;
 pub mod detokenizer;
 pub mod error;
+pub mod fused;
 pub mod gguf;
 pub mod layers;
 pub mod llama;

@@ -23,7 +23,6 @@
 //! width of every projection here is known.
 
 use mlx_rs::{
-    nn,
     ops::{self, indexing::Ellipsis, indexing::IndexOp},
     Array, Dtype,
 };
@@ -313,7 +312,7 @@ impl SwitchGlu {
         };
         let up = self.up_proj.forward(&x, &idx, sort)?;
         let gate = self.gate_proj.forward(&x, &idx, sort)?;
-        let h = nn::silu(gate)?.multiply(up)?;
+        let h = crate::fused::swiglu(&gate, &up)?;
         let mut y = self.down_proj.forward(&h, &idx, sort)?;
         if let Some(inv_order) = inv_order {
             y = ops::unflatten(y.take_axis(&inv_order, 0)?, 0, indices.shape())?;
