@@ -7,6 +7,8 @@
 #      device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
 #   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
 #      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS)
+#   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
+#      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
 # Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
 #
 # The Hearth binary is the one built here on Debian 12 (linked against the
@@ -17,6 +19,29 @@ cd "$(dirname "$0")/../.."
 phase=${1:?prepare|stash|run}
 WHEEL=mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl
 STASH=/root/stash
+
+# Unpack the CUDA wheel, mlx-lm and the Hearth binary on the device.
+setup() {
+  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
+  echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
+  ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
+  export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  # mlx_lm.server's /v1/models scans the HF cache and fails if it is missing.
+  mkdir -p /tmp/hfcache && export HF_HUB_CACHE=/tmp/hfcache HF_HUB_OFFLINE=1
+  stamp() { echo "[$SECONDS s] $*"; }
+  mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
+  cp $STASH/tokenizer_config.json /tmp/tok/
+  if [[ -f $STASH/tokenizer35.json.xz ]]; then
+    mkdir -p /tmp/tok35 && xz -dc $STASH/tokenizer35.json.xz > /tmp/tok35/tokenizer.json
+    cp $STASH/tokenizer35_config.json /tmp/tok35/tokenizer_config.json
+  fi
+  xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
+  H=/tmp/hearth
+  ldd $H | grep -E "mlx|not found" || true
+}
 
 case "$phase" in
 prepare)
@@ -44,25 +69,7 @@ stash)
   ;;
 run)
   exec > >(tee "$OUT/h200.log") 2>&1
-  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
-  echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
-  ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
-  export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  # mlx_lm.server's /v1/models scans the HF cache and fails if it is missing.
-  mkdir -p /tmp/hfcache && export HF_HUB_CACHE=/tmp/hfcache HF_HUB_OFFLINE=1
-  stamp() { echo "[$SECONDS s] $*"; }
-  mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
-  cp $STASH/tokenizer_config.json /tmp/tok/
-  if [[ -f $STASH/tokenizer35.json.xz ]]; then
-    mkdir -p /tmp/tok35 && xz -dc $STASH/tokenizer35.json.xz > /tmp/tok35/tokenizer.json
-    cp $STASH/tokenizer35_config.json /tmp/tok35/tokenizer_config.json
-  fi
-  xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
-  H=/tmp/hearth
-  ldd $H | grep -E "mlx|not found" || true
+  setup
 
   # Copy bandwidth (bytes read + written) through MLX, for the decode bound.
   python3 - <<'EOF' | tee "$OUT/bandwidth.txt"
@@ -174,18 +181,62 @@ EOF
     grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
   done
   ;;
+profile)
+  # Where a decode step's time goes (issue 9). Same checkpoint, same run:
+  # in-process decode speed of `hearth generate` and `mlx_lm generate`, then
+  # Nsight Compute's kernel list (one metric: GPU time) for runs of
+  # $PROFILE_SHORT and $PROFILE_LONG new tokens. The difference between the
+  # two lists is (LONG - SHORT) decode steps' kernels, with start-up, load
+  # and prefill cancelled out (bench/cuda/ncu_steps.py summarises it).
+  exec > >(tee "$OUT/profile.log") 2>&1
+  setup
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+  short=${PROFILE_SHORT:-2} long=${PROFILE_LONG:-6}
+  prompt="Explain the difference between a process and a thread in an operating system."
+  IFS=';' read -ra specs <<< "${H200_MODELS:-moe:qwen3_5_moe:qwen3.5-35b-a3b,layers=8:/tmp/tok35}"
+  for spec in "${specs[@]}"; do
+    IFS=':' read -r name arch shape tokdir <<< "$spec"
+    tokdir=${tokdir:-/tmp/tok}
+    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
+        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name" > /dev/null
+    cp "$tokdir/tokenizer_config.json" "/tmp/$name/" 2>/dev/null || true
+    stamp "$name: dummy model written"
+    for rep in 1 2; do
+      for v in ${PROFILE_VARIANTS:-hearth:}; do
+        IFS=':' read -r vname venv <<< "$v"
+        envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+        echo "== $name $vname rep $rep: $(env "${envs[@]}" $H generate --model "/tmp/$name" \
+            --prompt "$prompt" --max-tokens 256 --ignore-eos --json 2>/dev/null | tail -1)"
+      done
+      echo "== $name mlx_lm rep $rep: $(python3 -m mlx_lm generate --model "/tmp/$name" \
+          --prompt "$prompt" --max-tokens 256 2>&1 | grep -E '^(Prompt|Generation|Peak)' | tr '\n' ' ')"
+    done
+    stamp "$name: in-process decode timed"
+    [[ ",${PROFILE_NCU:-$name}," == *",$name,"* ]] || continue
+    for n in $short $long; do
+      for v in ${PROFILE_VARIANTS:-hearth:}; do
+        IFS=':' read -r vname venv <<< "$v"
+        envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+        env "${envs[@]}" timeout ${PROFILE_TIMEOUT:-150} $NCU --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-$name-$vname-$n.csv" \
+          $H generate --model "/tmp/$name" --prompt "$prompt" --max-tokens $n --ignore-eos \
+          > /dev/null 2>&1 || echo "ncu $vname $n: exit $?"
+        stamp "$name: ncu $vname $n tokens"
+      done
+      timeout ${PROFILE_TIMEOUT:-150} $NCU --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-$name-mlx_lm-$n.csv" \
+        python3 -m mlx_lm generate --model "/tmp/$name" --prompt "$prompt" --max-tokens $n \
+        > /dev/null 2>&1 || echo "ncu mlx_lm $n: exit $?"
+      stamp "$name: ncu mlx_lm $n tokens"
+    done
+    xz -f "$OUT"/ncu-$name-*.csv || true
+  done
+  ;;
 diag)
   # Where does a growing batch spend its time on CUDA? Small model, timed
   # rounds of 1, 1, 2, 4, 8 concurrent requests, then the step histogram.
   exec > >(tee "$OUT/diag.log") 2>&1
-  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
-  ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
-  export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
-  mkdir -p /tmp/tok && xz -dc $STASH/tokenizer.json.xz > /tmp/tok/tokenizer.json
-  cp $STASH/tokenizer_config.json /tmp/tok/
-  xz -dc .device/run/hearth.xz > /tmp/hearth && chmod +x /tmp/hearth
+  setup
   /tmp/hearth dev dummy-model --arch qwen3 --shape qwen3-0.6b --dtype bf16 \
       --tokenizer /tmp/tok/tokenizer.json --out /tmp/q06
   ( RUST_LOG=hearth=debug /tmp/hearth serve --model /tmp/q06 --port 8000 --max-running 16 > "$OUT/diag-serve.log" 2>&1 & )
