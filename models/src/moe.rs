@@ -35,8 +35,23 @@ use crate::{
     weights::Weights,
 };
 
-/// Token/expert pairs from this many on are sorted by expert (mlx-lm's rule).
-const SORT_THRESHOLD: i32 = 64;
+/// From how many token/expert pairs on they are sorted by expert, so each
+/// expert's weights are read once for all its tokens: 64 (mlx-lm's rule) or
+/// twice the number of experts, whichever is larger. Sorting only saves reads
+/// when pairs share experts; below that its extra ops cost more than they
+/// save. On an H200 with 256 experts, decode steps of 8 and 16 rows took
+/// 7.6 and 10.2 ms sorted against 4.9 and 5.8 ms unsorted
+/// (bench/results/h200-2026-11-30.md, run 5). `HEARTH_MOE_SORT_MIN`
+/// overrides it.
+fn sort_threshold(num_experts: usize) -> i32 {
+    static MIN: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    let env = *MIN.get_or_init(|| {
+        std::env::var("HEARTH_MOE_SORT_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    env.unwrap_or_else(|| 64.max(2 * num_experts as i32))
+}
 
 /// The MoE part of a model config (`config.json` names).
 #[derive(Debug, Clone, PartialEq)]
@@ -254,6 +269,8 @@ pub struct SwitchGlu {
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
     down_proj: SwitchLinear,
+    /// [`sort_threshold`] for this block's number of experts.
+    sort_min: i32,
 }
 
 impl SwitchGlu {
@@ -283,6 +300,7 @@ impl SwitchGlu {
                 gate_proj: SwitchLinear::Dense(materialize(gate)?),
                 up_proj: SwitchLinear::Dense(materialize(up)?),
                 down_proj: SwitchLinear::Dense(down),
+                sort_min: sort_threshold(e),
             });
         }
         let proj = |w: &mut Weights, name: &str, out: usize, inp: usize| {
@@ -292,13 +310,14 @@ impl SwitchGlu {
             gate_proj: proj(weights, "gate_proj", i, h)?,
             up_proj: proj(weights, "up_proj", i, h)?,
             down_proj: proj(weights, "down_proj", h, i)?,
+            sort_min: sort_threshold(e),
         })
     }
 
     /// `x: [B, L, hidden]`, `indices: [B, L, k]` → `[B, L, k, hidden]`.
     fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         let x = x.expand_dims_axes(&[-2, -3])?; // [B, L, 1, 1, H]
-        let sort = indices.size() as i32 >= SORT_THRESHOLD;
+        let sort = indices.size() as i32 >= self.sort_min;
         let (x, idx, inv_order) = if sort {
             let k = indices.dim(-1);
             let flat = indices.flatten(None, None)?;
@@ -564,6 +583,18 @@ mod tests {
 
     use super::*;
     use crate::weights::WeightFormat;
+
+    #[test]
+    fn decode_sized_batches_of_many_experts_stay_unsorted() {
+        if std::env::var_os("HEARTH_MOE_SORT_MIN").is_some() {
+            return;
+        }
+        // Few experts: mlx-lm's 64 pairs. 256 experts (Qwen3.5-35B-A3B):
+        // 16 decode rows x top-8 = 128 pairs stay unsorted, a 64-token
+        // prefill chunk (512 pairs) is sorted.
+        assert_eq!(sort_threshold(8), 64);
+        assert_eq!(sort_threshold(256), 512);
+    }
 
     fn config(extra: Value) -> ModelConfig {
         let mut raw = serde_json::json!({
