@@ -83,6 +83,15 @@ enum DevCommand {
     /// On a CUDA device: check the small-batch GEMV kernel against MLX's
     /// matmul and time both for 1..=8 rows (docs/cuda.md).
     GemvBench,
+    /// Count the MLX primitives one decoding step builds, by name (the host
+    /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
+    StepOps {
+        #[arg(long)]
+        model: PathBuf,
+        /// Prompt length before the counted step.
+        #[arg(long, default_value_t = 16)]
+        prompt_tokens: usize,
+    },
 }
 
 #[derive(Args)]
@@ -207,6 +216,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Dev(DevCommand::GemvBench) => gemv_bench(),
+        Command::Dev(DevCommand::StepOps {
+            model,
+            prompt_tokens,
+        }) => hearth::tools::step_ops::run(&model, prompt_tokens),
     }
 }
 

@@ -2,3 +2,4 @@
 
 pub mod convert;
 pub mod dummy;
+pub mod step_ops;

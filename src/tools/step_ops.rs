@@ -1,0 +1,124 @@
+//! `hearth dev step-ops`: the MLX operations one decoding step builds.
+//!
+//! On a GPU a one-row decode step is bound by host work per operation
+//! (building the graph, then encoding each primitive), not by the kernels
+//! (docs/cuda.md). The count of primitives in one step's graph is therefore
+//! the number to drive down, and unlike a timing it is exact on any machine:
+//! this loads a model, prefills a prompt, builds the next token's logits
+//! without evaluating them, exports that graph with MLX's `export_to_dot`
+//! and counts its primitives by name. `bench/step_ops_mlx_lm.py` does the
+//! same for mlx-lm on the same checkpoint.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use hearth_models::cache::KvCache;
+use mlx_rs::Array;
+
+extern "C" {
+    fn fopen(path: *const std::ffi::c_char, mode: *const std::ffi::c_char) -> *mut mlx_sys::FILE;
+    fn fclose(file: *mut mlx_sys::FILE) -> std::ffi::c_int;
+}
+
+/// Primitive name → count in the graph that computes `outputs`.
+pub fn count_primitives(outputs: &[&Array]) -> Result<BTreeMap<String, usize>> {
+    let path = std::env::temp_dir().join(format!("hearth-step-ops-{}.dot", std::process::id()));
+    let c_path = CString::new(path.to_string_lossy().as_bytes())?;
+    // SAFETY: the FILE, vector and namer are created, used and freed here;
+    // the arrays stay alive (borrowed) for the whole call.
+    let rc = unsafe {
+        let file = fopen(c_path.as_ptr(), c"w".as_ptr());
+        if file.is_null() {
+            bail!("cannot write {}", path.display());
+        }
+        let vec = mlx_sys::mlx_vector_array_new();
+        for a in outputs {
+            mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr());
+        }
+        let namer = mlx_sys::mlx_node_namer_new();
+        let rc = mlx_sys::mlx_export_to_dot(file, namer, vec);
+        fclose(file);
+        mlx_sys::mlx_node_namer_free(namer);
+        mlx_sys::mlx_vector_array_free(vec);
+        rc
+    };
+    let dot = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    if rc != 0 {
+        bail!("mlx_export_to_dot failed");
+    }
+    Ok(primitives_in_dot(&dot?))
+}
+
+/// Counts the rectangle (primitive) nodes of an MLX dot graph by label.
+pub fn primitives_in_dot(dot: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in dot.lines().filter(|l| l.contains("shape=rectangle")) {
+        let Some(start) = line.find("label =\"").map(|i| i + 8) else {
+            continue;
+        };
+        let label = &line[start..];
+        let label = &label[..label.find('"').unwrap_or(label.len())];
+        // Compiled graphs are named after their contents: group them.
+        let name = if label.starts_with("Compiled") {
+            "Compiled"
+        } else {
+            label
+        };
+        *counts.entry(name.to_string()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Prints the primitives of one decoding step after a `prompt_tokens`-token
+/// prompt, as Markdown.
+pub fn run(model: &Path, prompt_tokens: usize) -> Result<()> {
+    let loaded =
+        hearth_models::load(model).with_context(|| format!("loading {}", model.display()))?;
+    let model_ref = &loaded.model;
+    let mut cache = model_ref.new_cache();
+    let prompt: Vec<i32> = (0..prompt_tokens.max(1) as i32).map(|i| 100 + i).collect();
+    let ids = Array::from_slice(&prompt, &[1, prompt.len() as i32]);
+    let logits = model_ref.forward(&ids, &mut KvCache::views(&mut cache), true)?;
+    let mut done: Vec<&Array> = cache.iter().flat_map(KvCache::arrays).collect();
+    done.push(&logits);
+    mlx_rs::transforms::eval(done)?;
+    let next = Array::from_slice(&[7i32], &[1, 1]);
+    let logits = model_ref.forward(&next, &mut KvCache::views(&mut cache), true)?;
+    let counts = count_primitives(&[&logits])?;
+    let total: usize = counts.values().sum();
+    let mut out = format!(
+        "{}: {total} primitives in one decoding step ({} layers)\n\n| primitive | count |\n|---|---:|\n",
+        model.display(),
+        model_ref.num_layers()
+    );
+    let mut rows: Vec<_> = counts.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (name, n) in rows {
+        out.push_str(&format!("| {name} | {n} |\n"));
+    }
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_the_primitives_of_a_small_graph() {
+        let a = Array::from_slice(&[1.0f32, 2.0], &[2]);
+        let b = a.multiply(&a).unwrap().add(&a).unwrap();
+        let c = mlx_rs::ops::exp(&b).unwrap().sum(None).unwrap();
+        let counts = count_primitives(&[&c]).unwrap();
+        assert_eq!(counts.get("Multiply"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("Add"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("Exp"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("Sum"), Some(&1), "{counts:?}");
+        // A full reduction is a Sum over all axes and a Squeeze to a scalar.
+        assert_eq!(counts.values().sum::<usize>(), 5, "{counts:?}");
+    }
+}
