@@ -282,8 +282,11 @@ fn broadcast_rows(state: RecurrentState, rows: i32) -> Result<RecurrentState> {
     })
 }
 
-/// One token of the gated delta rule. `q, k: [B, H, 1, Dk]`, `v: [B, H, 1,
-/// Dv]`, `log_g, beta: [B, H, 1]`, `state: [B, H, Dk, Dv]`.
+/// One token of the gated delta rule, in its matrix-product form: the
+/// reference the chunked form and the fused decoding step
+/// (`fused::delta_step`, which the layer runs) are tested against.
+/// `q, k: [B, H, 1, Dk]`, `v: [B, H, 1, Dv]`, `log_g, beta: [B, H, 1]`,
+/// `state: [B, H, Dk, Dv]`.
 pub fn delta_step(
     q: &Array,
     k: &Array,
