@@ -34,7 +34,7 @@ use crate::{
     cache::{CacheView, RecurrentState},
     config::HybridConfig,
     error::{ModelError, Result},
-    layers::Linear,
+    layers::{Linear, LinearGroup},
     weights::Weights,
 };
 
@@ -43,10 +43,8 @@ pub const BLOCK: usize = 64;
 
 #[derive(Debug)]
 pub struct GatedDeltaNet {
-    in_proj_qkv: Linear,
-    in_proj_z: Linear,
-    in_proj_b: Linear,
-    in_proj_a: Linear,
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`, run as one.
+    in_proj: LinearGroup,
     out_proj: Linear,
     /// Depthwise convolution weights `[conv_dim, kernel]`.
     conv_weight: Array,
@@ -103,10 +101,12 @@ impl GatedDeltaNet {
             conv_taps,
             q_scale: Array::from_f32(inv * inv),
             k_scale: Array::from_f32(inv),
-            in_proj_qkv: Linear::load(weights, &format!("{prefix}.in_proj_qkv"), false)?,
-            in_proj_z: Linear::load(weights, &format!("{prefix}.in_proj_z"), false)?,
-            in_proj_b: Linear::load(weights, &format!("{prefix}.in_proj_b"), false)?,
-            in_proj_a: Linear::load(weights, &format!("{prefix}.in_proj_a"), false)?,
+            in_proj: LinearGroup::load(
+                weights,
+                prefix,
+                &["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"],
+                false,
+            )?,
             out_proj: Linear::load(weights, &format!("{prefix}.out_proj"), false)?,
             conv_weight,
             neg_a,
@@ -137,19 +137,16 @@ impl GatedDeltaNet {
     /// holds for these rows.
     pub fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let qkv = self.in_proj_qkv.forward(x)?;
-        let z = self
-            .in_proj_z
+        let [qkv, z, proj_b, proj_a]: [Array; 4] = self
+            .in_proj
             .forward(x)?
-            .reshape(&[b, l, self.value_heads, self.value_dim])?;
+            .try_into()
+            .map_err(|_| ModelError::Mlx("four input projections expected".into()))?;
+        let z = z.reshape(&[b, l, self.value_heads, self.value_dim])?;
         // beta = sigmoid(b) and the log of the decay, -exp(A_log) *
         // softplus(a + dt_bias), both f32.
-        let (beta, log_g) = crate::fused::delta_gates(
-            &self.in_proj_b.forward(x)?,
-            &self.in_proj_a.forward(x)?,
-            &self.dt_bias,
-            &self.neg_a,
-        )?;
+        let (beta, log_g) =
+            crate::fused::delta_gates(&proj_b, &proj_a, &self.dt_bias, &self.neg_a)?;
 
         let init = self.zero_state(x.dtype())?;
         let state = cache.recurrent_state(&init)?;
@@ -254,10 +251,7 @@ impl GatedDeltaNet {
     }
 
     pub fn nbytes(&self) -> usize {
-        self.in_proj_qkv.nbytes()
-            + self.in_proj_z.nbytes()
-            + self.in_proj_b.nbytes()
-            + self.in_proj_a.nbytes()
+        self.in_proj.nbytes()
             + self.out_proj.nbytes()
             + self.conv_weight.nbytes()
             + self.neg_a.nbytes()

@@ -7,7 +7,7 @@
 
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
-    ops::{self, indexing::IndexOp},
+    ops::{self, indexing::Ellipsis, indexing::IndexOp},
     Array,
 };
 
@@ -81,6 +81,81 @@ impl Linear {
         }
     }
 
+    /// Layers that read the same input, as one whose outputs are theirs side
+    /// by side (weights, scales, biases and bias concatenated along the output
+    /// axis, evaluated now so the parts' memory is freed): one matrix product
+    /// instead of several per step. `parts` come back unchanged when they
+    /// cannot be joined (dense mixed with quantized, different quantization,
+    /// bias on some only).
+    pub fn concat_outputs(parts: Vec<Linear>) -> Result<std::result::Result<Linear, Vec<Linear>>> {
+        let biased = parts.iter().filter(|p| p.bias().is_some()).count();
+        let joinable = !parts.is_empty()
+            && (biased == 0 || biased == parts.len())
+            && parts.iter().all(|p| match (p, &parts[0]) {
+                (Linear::Dense { .. }, Linear::Dense { .. }) => true,
+                (
+                    Linear::Quantized {
+                        group_size: g,
+                        bits: b,
+                        ..
+                    },
+                    Linear::Quantized {
+                        group_size: g0,
+                        bits: b0,
+                        ..
+                    },
+                ) => g == g0 && b == b0,
+                _ => false,
+            });
+        if !joinable {
+            return Ok(Err(parts));
+        }
+        let bias = concat_part(&parts, |p| p.bias())?;
+        let joined = match &parts[0] {
+            Linear::Dense { .. } => Linear::Dense {
+                weight: concat_part(&parts, |p| match p {
+                    Linear::Dense { weight, .. } => Some(weight),
+                    _ => None,
+                })?
+                .ok_or_else(|| crate::ModelError::Mlx("dense parts without weights".into()))?,
+                bias,
+            },
+            Linear::Quantized {
+                group_size, bits, ..
+            } => {
+                let part = |pick: fn(&Linear) -> Option<&Array>| -> Result<Array> {
+                    concat_part(&parts, pick)?
+                        .ok_or_else(|| crate::ModelError::Mlx("quantized parts differ".into()))
+                };
+                Linear::Quantized {
+                    weight: part(|p| match p {
+                        Linear::Quantized { weight, .. } => Some(weight),
+                        _ => None,
+                    })?,
+                    scales: part(|p| match p {
+                        Linear::Quantized { scales, .. } => Some(scales),
+                        _ => None,
+                    })?,
+                    biases: part(|p| match p {
+                        Linear::Quantized { biases, .. } => Some(biases),
+                        _ => None,
+                    })?,
+                    bias,
+                    group_size: *group_size,
+                    bits: *bits,
+                }
+            }
+        };
+        Ok(Ok(joined))
+    }
+
+    /// Width of the output (rows of the weight).
+    pub fn out_features(&self) -> i32 {
+        match self {
+            Linear::Dense { weight, .. } | Linear::Quantized { weight, .. } => weight.dim(0),
+        }
+    }
+
     /// Bytes held by this layer's parameters.
     pub fn nbytes(&self) -> usize {
         let b = self.bias().map_or(0, Array::nbytes);
@@ -94,6 +169,68 @@ impl Linear {
             } => weight.nbytes() + scales.nbytes() + biases.nbytes() + b,
         }
     }
+}
+
+/// Linear layers over the same input, run as one matrix product when their
+/// storage allows ([`Linear::concat_outputs`]): one kernel per token instead
+/// of one per layer, which on a GPU is host work saved on every step
+/// (docs/cuda.md). Outputs come back in the order the layers were named.
+#[derive(Debug)]
+pub enum LinearGroup {
+    /// The layers side by side, and each one's output width.
+    Joined(Linear, Vec<i32>),
+    Separate(Vec<Linear>),
+}
+
+impl LinearGroup {
+    /// Loads `{prefix}.{name}` for each name and joins them if it can.
+    pub fn load(weights: &mut Weights, prefix: &str, names: &[&str], bias: bool) -> Result<Self> {
+        let mut parts = Vec::with_capacity(names.len());
+        for name in names {
+            parts.push(Linear::load(weights, &format!("{prefix}.{name}"), bias)?);
+        }
+        let widths: Vec<i32> = parts.iter().map(Linear::out_features).collect();
+        Ok(match Linear::concat_outputs(parts)? {
+            Ok(joined) => LinearGroup::Joined(joined, widths),
+            Err(parts) => LinearGroup::Separate(parts),
+        })
+    }
+
+    /// `x: [..., in]` → each layer's `[..., out_i]`.
+    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
+        match self {
+            LinearGroup::Joined(linear, widths) => {
+                let y = linear.forward(x)?;
+                let mut start = 0;
+                let mut out = Vec::with_capacity(widths.len());
+                for w in widths {
+                    out.push(y.index((Ellipsis, start..start + w)));
+                    start += w;
+                }
+                Ok(out)
+            }
+            LinearGroup::Separate(parts) => parts.iter().map(|p| p.forward(x)).collect(),
+        }
+    }
+
+    pub fn nbytes(&self) -> usize {
+        match self {
+            LinearGroup::Joined(linear, _) => linear.nbytes(),
+            LinearGroup::Separate(parts) => parts.iter().map(Linear::nbytes).sum(),
+        }
+    }
+}
+
+/// `pick` of every part concatenated along axis 0 and evaluated; `None`
+/// unless every part has one.
+fn concat_part(parts: &[Linear], pick: fn(&Linear) -> Option<&Array>) -> Result<Option<Array>> {
+    let arrays: Vec<&Array> = parts.iter().filter_map(pick).collect();
+    if arrays.is_empty() || arrays.len() != parts.len() {
+        return Ok(None);
+    }
+    let joined = ops::concatenate(&arrays, 0)?;
+    joined.eval()?;
+    Ok(Some(joined))
 }
 
 /// `x W^T` for a dense weight: MLX's matmul, or on CUDA for a few rows
@@ -314,9 +451,8 @@ impl Rope {
 /// Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm.
 #[derive(Debug)]
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `q_proj`, `k_proj`, `v_proj`, run as one.
+    qkv: LinearGroup,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -342,9 +478,7 @@ impl Attention {
             }
         };
         Ok(Attention {
-            q_proj: Linear::load(weights, &format!("{prefix}.q_proj"), bias)?,
-            k_proj: Linear::load(weights, &format!("{prefix}.k_proj"), bias)?,
-            v_proj: Linear::load(weights, &format!("{prefix}.v_proj"), bias)?,
+            qkv: LinearGroup::load(weights, prefix, &["q_proj", "k_proj", "v_proj"], bias)?,
             o_proj: Linear::load(weights, &format!("{prefix}.o_proj"), false)?,
             q_norm: norm(weights, "q_norm")?,
             k_norm: norm(weights, "k_norm")?,
@@ -360,16 +494,17 @@ impl Attention {
     /// values to the cache `view` describes.
     pub fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let heads = |proj: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
-            let mut h = proj.forward(x)?.reshape(&[b, l, n, self.head_dim])?;
+        let heads = |h: &Array, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
+            let mut h = h.reshape(&[b, l, n, self.head_dim])?;
             if let Some(norm) = norm {
                 h = norm.forward(&h)?;
             }
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let q = heads(&self.q_proj, self.n_heads, self.q_norm.as_ref())?;
-        let k = heads(&self.k_proj, self.n_kv_heads, self.k_norm.as_ref())?;
-        let v = heads(&self.v_proj, self.n_kv_heads, None)?;
+        let qkv = self.qkv.forward(x)?;
+        let q = heads(&qkv[0], self.n_heads, self.q_norm.as_ref())?;
+        let k = heads(&qkv[1], self.n_kv_heads, self.k_norm.as_ref())?;
+        let v = heads(&qkv[2], self.n_kv_heads, None)?;
 
         let (q, k) = {
             let offset = cache.rope_offset();
@@ -399,34 +534,34 @@ impl Attention {
     }
 
     pub fn nbytes(&self) -> usize {
-        self.q_proj.nbytes() + self.k_proj.nbytes() + self.v_proj.nbytes() + self.o_proj.nbytes()
+        self.qkv.nbytes() + self.o_proj.nbytes()
     }
 }
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 #[derive(Debug)]
 pub struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    /// `gate_proj`, `up_proj`, run as one.
+    gate_up: LinearGroup,
     down_proj: Linear,
 }
 
 impl Mlp {
     pub fn load(weights: &mut Weights, prefix: &str, bias: bool) -> Result<Self> {
         Ok(Mlp {
-            gate_proj: Linear::load(weights, &format!("{prefix}.gate_proj"), bias)?,
-            up_proj: Linear::load(weights, &format!("{prefix}.up_proj"), bias)?,
+            gate_up: LinearGroup::load(weights, prefix, &["gate_proj", "up_proj"], bias)?,
             down_proj: Linear::load(weights, &format!("{prefix}.down_proj"), bias)?,
         })
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let h = crate::fused::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        let gate_up = self.gate_up.forward(x)?;
+        let h = crate::fused::swiglu(&gate_up[0], &gate_up[1])?;
         self.down_proj.forward(&h)
     }
 
     pub fn nbytes(&self) -> usize {
-        self.gate_proj.nbytes() + self.up_proj.nbytes() + self.down_proj.nbytes()
+        self.gate_up.nbytes() + self.down_proj.nbytes()
     }
 }
 

@@ -103,6 +103,9 @@ pub fn load_with_progress(
         ));
     };
     let model = build(config, &mut weights)?;
+    // Projections joined at build time (`LinearGroup`) leave their parts'
+    // buffers in MLX's cache: give them back.
+    let _ = mlx_rs::memory::clear_cache();
     Ok(LoadedModel {
         model,
         tokenizer,

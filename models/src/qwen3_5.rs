@@ -22,7 +22,7 @@ use crate::{
     config::{HybridConfig, ModelConfig},
     deltanet::GatedDeltaNet,
     error::{ModelError, Result},
-    layers::{last_position, Embedding, Linear, RmsNorm, Rope},
+    layers::{last_position, Embedding, Linear, LinearGroup, RmsNorm, Rope},
     moe::{FeedForward, MoeConfig},
     weights::Weights,
 };
@@ -30,9 +30,8 @@ use crate::{
 /// Softmax attention with a per-head output gate (q_proj yields both).
 #[derive(Debug)]
 pub struct GatedAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `q_proj` (queries and gate), `k_proj`, `v_proj`, run as one.
+    qkv: LinearGroup,
     o_proj: Linear,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
@@ -54,9 +53,7 @@ impl GatedAttention {
         let eps = config.rms_norm_eps;
         let rotary = (config.head_dim as f32 * hybrid.partial_rotary_factor) as usize;
         Ok(GatedAttention {
-            q_proj: Linear::load(weights, &format!("{prefix}.q_proj"), bias)?,
-            k_proj: Linear::load(weights, &format!("{prefix}.k_proj"), bias)?,
-            v_proj: Linear::load(weights, &format!("{prefix}.v_proj"), bias)?,
+            qkv: LinearGroup::load(weights, prefix, &["q_proj", "k_proj", "v_proj"], bias)?,
             o_proj: Linear::load(weights, &format!("{prefix}.o_proj"), bias)?,
             q_norm: RmsNorm::load(weights, &format!("{prefix}.q_norm"), eps)?,
             k_norm: RmsNorm::load(weights, &format!("{prefix}.k_norm"), eps)?,
@@ -71,10 +68,8 @@ impl GatedAttention {
     fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let hd = self.head_dim;
-        let qg = self
-            .q_proj
-            .forward(x)?
-            .reshape(&[b, l, self.n_heads, 2 * hd])?;
+        let qkv = self.qkv.forward(x)?;
+        let qg = qkv[0].reshape(&[b, l, self.n_heads, 2 * hd])?;
         let q = qg.index((.., .., .., ..hd));
         let gate = qg
             .index((.., .., .., hd..))
@@ -82,16 +77,9 @@ impl GatedAttention {
         let q = self.q_norm.forward(&q)?.transpose_axes(&[0, 2, 1, 3])?;
         let k = self
             .k_norm
-            .forward(
-                &self
-                    .k_proj
-                    .forward(x)?
-                    .reshape(&[b, l, self.n_kv_heads, hd])?,
-            )?
+            .forward(&qkv[1].reshape(&[b, l, self.n_kv_heads, hd])?)?
             .transpose_axes(&[0, 2, 1, 3])?;
-        let v = self
-            .v_proj
-            .forward(x)?
+        let v = qkv[2]
             .reshape(&[b, l, self.n_kv_heads, hd])?
             .transpose_axes(&[0, 2, 1, 3])?;
         let (q, k) = {
@@ -121,9 +109,7 @@ impl GatedAttention {
     }
 
     fn nbytes(&self) -> usize {
-        self.q_proj.nbytes()
-            + self.k_proj.nbytes()
-            + self.v_proj.nbytes()
+        self.qkv.nbytes()
             + self.o_proj.nbytes()
             + self.q_norm.weight.nbytes()
             + self.k_norm.weight.nbytes()
