@@ -573,3 +573,89 @@ pub fn last_position(x: &Array) -> Result<Array> {
     }
     Ok(x.index((.., (l - 1)..l, ..)))
 }
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+    use mlx_rs::random;
+
+    fn normal(shape: &[i32], seed: u64) -> Array {
+        random::normal::<f32>(shape, None, None, &random::key(seed).unwrap()).unwrap()
+    }
+
+    fn quantized(w: &Array, bits: i32) -> Linear {
+        let (weight, scales, biases) = ops::quantize(w, 32, bits).unwrap();
+        Linear::Quantized {
+            weight,
+            scales,
+            biases,
+            bias: None,
+            group_size: 32,
+            bits,
+        }
+    }
+
+    fn group(parts: Vec<Linear>) -> LinearGroup {
+        let widths = parts.iter().map(Linear::out_features).collect();
+        match Linear::concat_outputs(parts).unwrap() {
+            Ok(joined) => LinearGroup::Joined(joined, widths),
+            Err(parts) => LinearGroup::Separate(parts),
+        }
+    }
+
+    /// Joined layers give each layer's own output; layers that cannot be
+    /// joined stay separate and still do.
+    #[test]
+    fn joined_outputs_equal_the_separate_layers() {
+        let x = normal(&[2, 3, 64], 1);
+        let (w1, w2, w3) = (
+            normal(&[48, 64], 2),
+            normal(&[16, 64], 3),
+            normal(&[8, 64], 4),
+        );
+        let b1 = normal(&[48], 5);
+        let b2 = normal(&[16], 6);
+        let expect = [
+            x.matmul(w1.t()).unwrap(),
+            x.matmul(w2.t()).unwrap(),
+            x.matmul(w3.t()).unwrap(),
+        ];
+        let dense = |w: &Array, bias: Option<&Array>| Linear::Dense {
+            weight: w.clone(),
+            bias: bias.cloned(),
+        };
+
+        let joined = group(vec![dense(&w1, None), dense(&w2, None), dense(&w3, None)]);
+        assert!(matches!(joined, LinearGroup::Joined(..)));
+        let out = joined.forward(&x).unwrap();
+        for (o, e) in out.iter().zip(&expect) {
+            assert_eq!(o.shape(), e.shape());
+            assert!(o.all_close(e, 1e-4, 1e-4, None).unwrap());
+        }
+
+        // With bias on every part it joins; on some only it does not.
+        let biased = group(vec![dense(&w1, Some(&b1)), dense(&w2, Some(&b2))]);
+        assert!(matches!(biased, LinearGroup::Joined(..)));
+        let out = biased.forward(&x).unwrap();
+        assert!(out[1]
+            .all_close(expect[1].add(&b2).unwrap(), 1e-4, 1e-4, None)
+            .unwrap());
+        let some = group(vec![dense(&w1, Some(&b1)), dense(&w2, None)]);
+        assert!(matches!(some, LinearGroup::Separate(..)));
+
+        // Quantized alike joins and matches the parts; mixed bits, or dense
+        // with quantized, stay separate.
+        let q = [quantized(&w1, 4), quantized(&w2, 4)];
+        let expect_q: Vec<Array> = q.iter().map(|l| l.forward(&x).unwrap()).collect();
+        let joined_q = group(vec![quantized(&w1, 4), quantized(&w2, 4)]);
+        assert!(matches!(joined_q, LinearGroup::Joined(..)));
+        for (o, e) in joined_q.forward(&x).unwrap().iter().zip(&expect_q) {
+            assert!(o.all_close(e, 1e-4, 1e-4, None).unwrap());
+        }
+        let mixed = group(vec![quantized(&w1, 4), quantized(&w2, 8)]);
+        assert!(matches!(mixed, LinearGroup::Separate(..)));
+        assert_eq!(mixed.forward(&x).unwrap().len(), 2);
+        let kinds = group(vec![quantized(&w1, 4), dense(&w2, None)]);
+        assert!(matches!(kinds, LinearGroup::Separate(..)));
+    }
+}
