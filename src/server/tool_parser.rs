@@ -281,9 +281,7 @@ impl ToolCallParser {
                 }
                 if self.streaming.is_some() {
                     if self.stream_arguments(&mut out) {
-                        if self.forced {
-                            self.done = true;
-                            self.held.clear();
+                        if self.end_if_forced() {
                             return out;
                         }
                         continue;
@@ -294,9 +292,7 @@ impl ToolCallParser {
                     let block: String = self.held.drain(..end.consumed).collect();
                     self.inside = false;
                     self.close_block(&block[..end.body], &mut out);
-                    if self.forced {
-                        self.done = true;
-                        self.held.clear();
+                    if self.end_if_forced() {
                         return out;
                     }
                     continue;
@@ -402,6 +398,17 @@ impl ToolCallParser {
 }
 
 impl ToolCallParser {
+    /// After a complete call: a forced call (`tool_choice` required or
+    /// named) is the whole answer, so the rest of the text is dropped.
+    /// Returns whether it was.
+    fn end_if_forced(&mut self) -> bool {
+        if self.forced {
+            self.done = true;
+            self.held.clear();
+        }
+        self.forced
+    }
+
     /// Sends the arguments text that arrived; true once the block is over
     /// (the call completed and the block's text consumed).
     fn stream_arguments(&mut self, out: &mut ToolDelta) -> bool {
