@@ -276,30 +276,9 @@ fn broadcast_rows(state: RecurrentState, rows: i32) -> Result<RecurrentState> {
     })
 }
 
-/// One token of the gated delta rule, in its matrix-product form: the
-/// reference the chunked form and the fused decoding step
-/// (`fused::delta_step`, which the layer runs) are tested against.
-/// `q, k: [B, H, 1, Dk]`, `v: [B, H, 1, Dv]`, `log_g, beta: [B, H, 1]`,
-/// `state: [B, H, Dk, Dv]`.
-pub fn delta_step(
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    log_g: &Array,
-    beta: &Array,
-    state: &Array,
-) -> Result<(Array, Array)> {
-    let g = ops::exp(log_g)?.expand_dims(-1)?; // [B, H, 1, 1]
-    let state = state.multiply(&g)?;
-    let remembered = k.matmul(&state)?; // [B, H, 1, Dv]
-    let delta = v.subtract(&remembered)?.multiply(beta.expand_dims(-1)?)?;
-    let state = state.add(k.swap_axes(-1, -2)?.matmul(&delta)?)?;
-    let y = q.matmul(&state)?;
-    Ok((y, state))
-}
-
 /// The gated delta rule over `T` tokens in blocks of [`BLOCK`] (see the
-/// module docs). Shapes as [`delta_step`] with `T` for 1; returns
+/// module docs). Shapes as [`crate::fused::delta_step`] with `T` for 1
+/// (here scaled and f32 already); returns
 /// `y: [B, H, T, Dv]` and the final state.
 pub fn delta_chunked(
     q: &Array,
@@ -408,6 +387,28 @@ pub fn delta_chunked(
 mod tests {
     use super::*;
     use mlx_rs::random;
+
+    /// One token of the gated delta rule, in its matrix-product form: the
+    /// reference the chunked form and the fused decoding step
+    /// (`fused::delta_step`, which the layer runs) are tested against.
+    /// `q, k: [B, H, 1, Dk]`, `v: [B, H, 1, Dv]`, `log_g, beta: [B, H, 1]`,
+    /// `state: [B, H, Dk, Dv]`.
+    fn delta_step(
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        log_g: &Array,
+        beta: &Array,
+        state: &Array,
+    ) -> Result<(Array, Array)> {
+        let g = ops::exp(log_g)?.expand_dims(-1)?; // [B, H, 1, 1]
+        let state = state.multiply(&g)?;
+        let remembered = k.matmul(&state)?; // [B, H, 1, Dv]
+        let delta = v.subtract(&remembered)?.multiply(beta.expand_dims(-1)?)?;
+        let state = state.add(k.swap_axes(-1, -2)?.matmul(&delta)?)?;
+        let y = q.matmul(&state)?;
+        Ok((y, state))
+    }
 
     fn normal(shape: &[i32], seed: u64) -> Array {
         let key = random::key(seed).unwrap();

@@ -96,7 +96,7 @@ pub fn delta_gates(b: &Array, a: &Array, dt_bias: &Array, neg_a: &Array) -> Resu
 }
 
 /// One decoding token of the gated delta rule as one fused graph, the
-/// element-wise form of `deltanet::delta_step` (no matrix products, so MLX
+/// element-wise form of the rule in `deltanet` (no matrix products, so MLX
 /// fuses it into a few kernels). `q, k: [B, H, 1, Dk]` (any float dtype,
 /// scaled here by `q_scale` / `k_scale` in f32), `v: [B, H, 1, Dv]`,
 /// `log_g, beta: [B, H, 1]` and `state: [B, H, Dk, Dv]` f32. Returns
