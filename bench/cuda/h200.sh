@@ -20,6 +20,13 @@ phase=${1:?prepare|stash|run}
 WHEEL=mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl
 STASH=/root/stash
 
+# A Hearth variant "name:ENV=V,ENV=V" -> $vname and the array $envs.
+variant() {
+  IFS=':' read -r vname venv <<< "$1"
+  envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+  return 0
+}
+
 # Unpack the CUDA wheel, mlx-lm and the Hearth binary on the device.
 setup() {
   cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
@@ -114,9 +121,8 @@ EOF
     IFS=';' read -ra variants <<< "${H200_VARIANTS:-hearth:}"
     pids=() compare="" ports=()
     for k in "${!variants[@]}"; do
-      IFS=':' read -r vname venv <<< "${variants[$k]}"
+      variant "${variants[$k]}"
       port=$((8000 + 2 * k))
-      envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
       env "${envs[@]}" HEARTH_STEP_TRACE="/tmp/trace-$name-$vname.tsv" \
         $H serve --model "/tmp/$name" --port $port --max-running 16 --max-queue 256 \
         > "/tmp/hearth-serve-$name-$vname.log" 2>&1 &
@@ -203,8 +209,7 @@ profile)
     stamp "$name: dummy model written"
     for rep in 1 2; do
       for v in ${PROFILE_VARIANTS:-hearth:}; do
-        IFS=':' read -r vname venv <<< "$v"
-        envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+        variant "$v"
         echo "== $name $vname rep $rep: $(env "${envs[@]}" $H generate --model "/tmp/$name" \
             --prompt "$prompt" --max-tokens 256 --ignore-eos --json 2>/dev/null | tail -1)"
       done
@@ -215,8 +220,7 @@ profile)
     [[ ",${PROFILE_NCU:-$name}," == *",$name,"* ]] || continue
     for n in $short $long; do
       for v in ${PROFILE_VARIANTS:-hearth:}; do
-        IFS=':' read -r vname venv <<< "$v"
-        envs=(); [[ -n $venv ]] && IFS=',' read -ra envs <<< "$venv"
+        variant "$v"
         env "${envs[@]}" timeout ${PROFILE_TIMEOUT:-150} $NCU --clock-control none --cache-control none \
           --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-$name-$vname-$n.csv" \
           $H generate --model "/tmp/$name" --prompt "$prompt" --max-tokens $n --ignore-eos \
