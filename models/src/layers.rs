@@ -189,6 +189,11 @@ impl LinearGroup {
         for name in names {
             parts.push(Linear::load(weights, &format!("{prefix}.{name}"), bias)?);
         }
+        Self::new(parts)
+    }
+
+    /// `parts` joined if they can be, kept apart otherwise.
+    pub fn new(parts: Vec<Linear>) -> Result<Self> {
         let widths: Vec<i32> = parts.iter().map(Linear::out_features).collect();
         Ok(match Linear::concat_outputs(parts)? {
             Ok(joined) => LinearGroup::Joined(joined, widths),
@@ -596,11 +601,7 @@ mod group_tests {
     }
 
     fn group(parts: Vec<Linear>) -> LinearGroup {
-        let widths = parts.iter().map(Linear::out_features).collect();
-        match Linear::concat_outputs(parts).unwrap() {
-            Ok(joined) => LinearGroup::Joined(joined, widths),
-            Err(parts) => LinearGroup::Separate(parts),
-        }
+        LinearGroup::new(parts).unwrap()
     }
 
     /// Joined layers give each layer's own output; layers that cannot be
