@@ -46,6 +46,38 @@ impl DeviceInfo {
     }
 }
 
+/// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others.
+pub const DEFAULT_CUDA_GEMV: &str = "warp:2-2,mma:3-16:32";
+
+/// On MLX's CUDA backend, puts the small-batch GEMV routes in force
+/// (models/src/cuda_gemv.rs): [`DEFAULT_CUDA_GEMV`], or
+/// `HEARTH_CUDA_GEMV=KERNEL:MIN-MAX[:MAX_MB],...` (`off`: MLX's matmul
+/// everywhere). The default is what measured best end to end on the H200
+/// (bench/results/h200-*.md). Nothing happens on other devices.
+pub fn enable_cuda_gemv() {
+    use hearth_models::cuda_gemv::{self, Route};
+    if DeviceInfo::detect().backend != "cuda" {
+        return;
+    }
+    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| DEFAULT_CUDA_GEMV.into());
+    let routes = match Route::parse_list(&setting) {
+        Ok(routes) => routes,
+        Err(e) => {
+            tracing::warn!(%setting, error = %e, "HEARTH_CUDA_GEMV: small-batch kernels off");
+            cuda_gemv::disable();
+            return;
+        }
+    };
+    if routes.is_empty() {
+        cuda_gemv::disable();
+        return;
+    }
+    match cuda_gemv::enable(routes) {
+        Ok(err) => tracing::info!(%setting, max_rel_error = err, "small-batch GEMV kernels on"),
+        Err(e) => tracing::warn!(%setting, error = %e, "small-batch GEMV kernels off"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,8 +80,8 @@ enum DevCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
-    /// On a CUDA device: check the small-batch GEMV kernel against MLX's
-    /// matmul and time both for 1..=8 rows (docs/cuda.md).
+    /// On a CUDA device: check the small-batch GEMV kernels against MLX's
+    /// matmul and time them for 1..=16 rows (docs/cuda.md).
     GemvBench,
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
@@ -224,7 +224,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn gemv_bench() -> Result<()> {
-    use hearth_models::cuda_gemv;
+    use hearth_models::cuda_gemv::{self, Kernel};
     let device = hearth::device::DeviceInfo::detect();
     if device.backend != "cuda" {
         bail!(
@@ -232,18 +232,43 @@ fn gemv_bench() -> Result<()> {
             device.label()
         );
     }
-    match cuda_gemv::enable(1, cuda_gemv::MAX_ROWS) {
-        Ok(err) => println!("self-check passed: max relative error {err:.2e}"),
-        Err(e) => bail!("{e}"),
+    let kernels = [Kernel::Warp, Kernel::Mma];
+    for kernel in kernels {
+        let all = format!("{}:1-{}", kernel.name(), kernel.max_rows());
+        let routes = cuda_gemv::Route::parse_list(&all).map_err(anyhow::Error::msg)?;
+        match cuda_gemv::enable(routes) {
+            Ok(err) => {
+                println!("{kernel:?} kernel: self-check passed, max relative error {err:.2e}")
+            }
+            Err(e) => println!("{kernel:?} kernel: {e}"),
+        }
     }
-    println!("| rows | weight [N, K] | MLX matmul µs | kernel µs | speed-up |");
-    println!("|---:|---|---:|---:|---:|");
-    for (n, k) in [(4096, 4096), (12288, 4096), (4096, 12288), (151936, 4096)] {
-        for rows in 1..=cuda_gemv::MAX_ROWS {
-            let (mlx, ours) = cuda_gemv::time(rows, n, k, 50)?;
+    cuda_gemv::disable();
+    // Qwen3-8B's products (q/k/v and gate/up joined), then the Qwen3.5-MoE's
+    // attention, DeltaNet and shared-expert shapes (hidden 2048).
+    let shapes = [
+        (6144, 4096),
+        (4096, 4096),
+        (24576, 4096),
+        (4096, 12288),
+        (151936, 4096),
+        (12288, 2048),
+        (2048, 4096),
+        (1024, 2048),
+    ];
+    println!("| rows | weight [N, K] | MLX µs | warp µs | mma µs | mma GB/s | mma vs MLX |");
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    for (n, k) in shapes {
+        for rows in [1, 2, 3, 4, 6, 8, 12, 16] {
+            let t = cuda_gemv::time(rows, n, k, 100, &kernels)?;
+            let cell = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+            let (mlx, mma) = (t[0].unwrap_or(f64::NAN), t[2].unwrap_or(f64::NAN));
+            let gbps = (n as f64 * k as f64 * 2.0) / (mma * 1e3);
             println!(
-                "| {rows} | [{n}, {k}] | {mlx:.1} | {ours:.1} | {:.2}x |",
-                mlx / ours
+                "| {rows} | [{n}, {k}] | {mlx:.1} | {} | {} | {gbps:.0} | {:.2}x |",
+                cell(t[1]),
+                cell(t[2]),
+                mlx / mma
             );
         }
     }
@@ -256,6 +281,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     hearth::engine::fit::check(&path)?;
     let loaded = hearth_models::load(&path)?;
     let load_time = load_started.elapsed();
+    hearth::device::enable_cuda_gemv();
     let engine = Engine::new(
         loaded,
         EngineOptions {

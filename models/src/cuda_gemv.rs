@@ -1,37 +1,311 @@
-//! A small-batch matrix-vector kernel for MLX's CUDA backend.
+//! Small-batch matrix-vector kernels for MLX's CUDA backend.
 //!
 //! Decoding multiplies a few activation rows (one per running sequence) by
 //! every weight matrix, so a step reads all weights once whatever the batch:
 //! it is bound by memory bandwidth, and batching should be nearly free. On
 //! the H200, MLX 0.32's CUDA matmul uses a matrix-vector kernel for one row
-//! but a general GEMM for two to sixteen rows, which takes 25–60% longer per
-//! matrix (bench/results/h200-*.md), so a batch of two decoded barely faster
-//! than one. This kernel reads each weight row once and multiplies it with up
-//! to [`MAX_ROWS`] activation rows in registers: one warp per output column,
-//! 16-byte loads, f32 accumulation, a warp-shuffle reduction.
+//! and cuBLAS for two or more; at two rows that takes up to twice as long
+//! per matrix (bench/results/h200-*.md), so a batch of two decoded barely
+//! faster than one. Two kernels of ours read each weight row once for all
+//! rows:
 //!
-//! It is JIT-compiled by MLX (NVRTC) through mlx-c's custom CUDA kernel API,
-//! and used only when [`enable`] turned it on (`HEARTH_CUDA_GEMV`, off by
-//! default; docs/cuda.md): on a CUDA device, after a self-check against
-//! MLX's own matmul. Everywhere else (CPU, Metal) the plain matmul runs.
+//! - [`Kernel::Warp`]: one warp per output column, 16-byte loads, f32
+//!   accumulation, a warp-shuffle reduction (up to 8 rows).
+//! - [`Kernel::Mma`]: tensor cores (`mma.sync.m16n8k16`, f32 accumulators),
+//!   16 output columns per block of 8 warps that split K (up to 16 rows).
+//!
+//! Which one runs is a [`Route`] table: a kernel per row range, optionally
+//! only for weights up to a size (cuBLAS is as fast or faster on large
+//! matrices from three rows on). Both are JIT-compiled by MLX (NVRTC)
+//! through mlx-c's custom CUDA kernel API and used only after [`enable`]
+//! checked them against MLX's own matmul on this device
+//! (`HEARTH_CUDA_GEMV`, docs/cuda.md). Everywhere else (CPU, Metal) the plain
+//! matmul runs.
 
-use std::{
-    ffi::CString,
-    sync::atomic::{AtomicUsize, Ordering},
-};
+use std::{ffi::CString, sync::RwLock};
 
 use mlx_rs::{Array, Dtype, Stream};
 
 use crate::error::{ModelError, Result};
 
-/// Most activation rows the kernel takes (more use MLX's GEMM).
-pub const MAX_ROWS: usize = 8;
+/// Most activation rows the kernels take (more use MLX's GEMM).
+pub const MAX_ROWS: usize = 16;
 
-/// Row range the kernel is used for, packed as `min << 8 | max`; 0 = off.
-static ROWS: AtomicUsize = AtomicUsize::new(0);
+/// Most rows the warp-per-column kernel takes (its activation loads grow
+/// with the rows; the tensor-core kernel has no such limit below 16).
+const WARP_KERNEL_MAX_ROWS: usize = 8;
 
-/// Warps (output columns) per thread block.
+/// The routes in force (empty: MLX's matmul everywhere).
+static ROUTES: RwLock<Vec<Route>> = RwLock::new(Vec::new());
+
+/// Products of `rows` activation rows go through `kernel` when `rows` is in
+/// `min_rows..=max_rows` and the weight holds at most `max_weight_mb` MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub kernel: Kernel,
+    pub min_rows: usize,
+    pub max_rows: usize,
+    pub max_weight_mb: Option<usize>,
+}
+
+impl Route {
+    /// Parses `KERNEL:MIN-MAX[:MAX_MB]` entries separated by commas (or `+`,
+    /// which survives lists that are themselves split on commas), e.g.
+    /// `warp:1-2,mma:3-16:32`; a bare `MIN-MAX` means the warp kernel.
+    /// `off` is the empty table.
+    pub fn parse_list(s: &str) -> std::result::Result<Vec<Route>, String> {
+        let s = s.trim();
+        if s == "off" || s.is_empty() {
+            return Ok(Vec::new());
+        }
+        s.split([',', '+'])
+            .map(|e| Route::parse(e.trim()))
+            .collect()
+    }
+
+    fn parse(entry: &str) -> std::result::Result<Route, String> {
+        let bad =
+            || format!("bad route `{entry}` (want KERNEL:MIN-MAX[:MAX_MB], e.g. mma:3-16:32)");
+        let parts: Vec<&str> = entry.split(':').collect();
+        let (kernel, rows, mb) = match parts.as_slice() {
+            [rows] => (Kernel::Warp, *rows, None),
+            [k, rows] => (Kernel::parse(k).ok_or_else(bad)?, *rows, None),
+            [k, rows, mb] => (
+                Kernel::parse(k).ok_or_else(bad)?,
+                *rows,
+                Some(mb.parse::<usize>().map_err(|_| bad())?),
+            ),
+            _ => return Err(bad()),
+        };
+        let (min, max) = rows.split_once('-').ok_or_else(bad)?;
+        let min_rows: usize = min.trim().parse().map_err(|_| bad())?;
+        let max_rows: usize = max.trim().parse().map_err(|_| bad())?;
+        if min_rows == 0 || min_rows > max_rows || max_rows > kernel.max_rows() {
+            return Err(format!(
+                "route `{entry}`: rows must be within 1..={} for the {} kernel",
+                kernel.max_rows(),
+                kernel.name()
+            ));
+        }
+        Ok(Route {
+            kernel,
+            min_rows,
+            max_rows,
+            max_weight_mb: mb,
+        })
+    }
+
+    fn matches(&self, rows: usize, n: i32, k: i32, dtype: Dtype) -> bool {
+        let bytes = n as usize * k as usize * 2;
+        (self.min_rows..=self.max_rows).contains(&rows)
+            && self.kernel.takes_k(k)
+            && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+            && self.max_weight_mb.is_none_or(|mb| bytes <= mb << 20)
+    }
+}
+
+/// The first route of `routes` that takes this product.
+pub fn pick(routes: &[Route], rows: usize, n: i32, k: i32, dtype: Dtype) -> Option<Kernel> {
+    routes
+        .iter()
+        .find(|r| r.matches(rows, n, k, dtype))
+        .map(|r| r.kernel)
+}
+
+/// Warps per thread block (both kernels).
 const WARPS: i32 = 8;
+
+/// Output columns (weight rows) per block of the tensor-core kernel: the M
+/// of one `mma.m16n8k16`.
+const MMA_COLS: i32 = 16;
+
+/// Which kernel computes the product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// One warp per output column, CUDA-core FMAs (up to 8 rows).
+    Warp,
+    /// Tensor cores (`mma.sync.m16n8k16`): a block of 8 warps per 16 output
+    /// columns, the reduction dimension split among the warps.
+    Mma,
+}
+
+impl Kernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Warp => "warp",
+            Kernel::Mma => "mma",
+        }
+    }
+
+    /// `warp` or `mma`.
+    pub fn parse(s: &str) -> Option<Kernel> {
+        match s {
+            "warp" => Some(Kernel::Warp),
+            "mma" => Some(Kernel::Mma),
+            _ => None,
+        }
+    }
+
+    pub fn max_rows(self) -> usize {
+        match self {
+            Kernel::Warp => WARP_KERNEL_MAX_ROWS,
+            Kernel::Mma => MAX_ROWS,
+        }
+    }
+
+    /// Reduction widths the kernel handles (16-byte loads; the tensor-core
+    /// kernel reads 32 elements per step).
+    fn takes_k(self, k: i32) -> bool {
+        let step = match self {
+            Kernel::Warp => 8,
+            Kernel::Mma => 32,
+        };
+        k > 0 && k % step == 0
+    }
+}
+
+/// Device helper of the tensor-core kernel: `d += a b` for one
+/// `m16n8k16` tile, bf16 or f16 operands, f32 accumulators.
+const MMA_HEADER: &str = r#"
+template <typename T> struct HearthMma;
+template <> struct HearthMma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float* d, unsigned a0, unsigned a1, unsigned a2,
+                                               unsigned a3, unsigned b0, unsigned b1) {
+        asm(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+};
+template <> struct HearthMma<__half> {
+    static __device__ __forceinline__ void run(float* d, unsigned a0, unsigned a1, unsigned a2,
+                                               unsigned a3, unsigned b0, unsigned b1) {
+        asm(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+};
+"#;
+
+/// `y = x W^T` on tensor cores for `ROWS <= 16` activation rows. The weight
+/// is the MMA's A operand (16 output columns by 16 of K), the activations
+/// its B operand (16 of K by 8 rows; two tiles above 8 rows). The K order
+/// inside one MMA is free as long as A and B agree, so each thread loads 8
+/// consecutive elements (16 bytes) of a weight row and of an activation row
+/// and feeds them to two MMAs: elements 0-3 to the first (k slots 2c, 2c+1,
+/// 2c+8, 2c+9 of thread c of its quad), elements 4-7 to the second. A warp
+/// reads 64 contiguous bytes of each of its 16 weight rows per step; the 8
+/// warps of a block take interleaved 32-element steps of K and add their
+/// partial sums in shared memory at the end.
+const MMA_SOURCE: &str = r#"
+    constexpr int NT = (ROWS + 7) / 8;
+    constexpr int NW = 8;
+    constexpr int U = 4;
+    const int N = dims[0];
+    const int K = dims[1];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    const int col0 = blockIdx.x * 16;
+    const int r0 = min(col0 + g, N - 1);
+    const int r1 = min(col0 + g + 8, N - 1);
+    const uint4* w0 = reinterpret_cast<const uint4*>(w + (size_t)r0 * K) + c;
+    const uint4* w1 = reinterpret_cast<const uint4*>(w + (size_t)r1 * K) + c;
+    const uint4* xp[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const int xr = t * 8 + g;
+        xok[t] = xr < ROWS;
+        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
+    }
+    // One accumulator set per unrolled step: independent MMA chains, so
+    // the loads of a step need not wait for the previous step's MMAs.
+    float acc[U][NT][4];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[u][t][i] = 0.0f;
+            }
+        }
+    }
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    const int steps = K / 32;
+    // Main loop: U steps of 32 elements per warp and iteration, every load
+    // issued before the first MMA uses one (no bounds checks inside).
+    int s0 = warp;
+    for (; s0 + (U - 1) * NW < steps; s0 += NW * U) {
+        uint4 a0[U], a1[U], b[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + u * NW;
+            a0[u] = w0[s * 4];
+            a1[u] = w1[s * 4];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                b[u][t] = xp[t][s * 4];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const uint4 bt = xok[t] ? b[u][t] : zero;
+                HearthMma<T>::run(acc[u][t], a0[u].x, a1[u].x, a0[u].y, a1[u].y, bt.x, bt.y);
+                HearthMma<T>::run(acc[u][t], a0[u].z, a1[u].z, a0[u].w, a1[u].w, bt.z, bt.w);
+            }
+        }
+    }
+    // The rest: fewer than U steps left for this warp.
+    for (; s0 < steps; s0 += NW) {
+        const uint4 a0 = w0[s0 * 4];
+        const uint4 a1 = w1[s0 * 4];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const uint4 bt = xok[t] ? xp[t][s0 * 4] : zero;
+            HearthMma<T>::run(acc[0][t], a0.x, a1.x, a0.y, a1.y, bt.x, bt.y);
+            HearthMma<T>::run(acc[0][t], a0.z, a1.z, a0.w, a1.w, bt.z, bt.w);
+        }
+    }
+    __shared__ float part[NW][NT * 4][32];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float v = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                v += acc[u][t][i];
+            }
+            part[warp][t * 4 + i][lane] = v;
+        }
+    }
+    __syncthreads();
+    const int tid = threadIdx.x;
+    if (tid < NT * 4 * 32) {
+        const int slot = tid >> 5;
+        const int ln = tid & 31;
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) {
+            v += part[q][slot][ln];
+        }
+        const int t = slot >> 2;
+        const int i = slot & 3;
+        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
+        const int col = col0 + (ln >> 2) + ((i & 2) ? 8 : 0);
+        if (m < ROWS && col < N) {
+            y[(size_t)m * N + col] = T(v);
+        }
+    }
+"#;
 
 const SOURCE: &str = r#"
     const int N = dims[0];
@@ -80,38 +354,42 @@ const SOURCE: &str = r#"
     }
 "#;
 
-/// Whether `x W^T` with `rows` activation rows of width `k` and a `weight`
-/// of this dtype goes through the kernel.
-pub fn applies(rows: usize, k: i32, dtype: Dtype) -> bool {
-    let packed = ROWS.load(Ordering::Relaxed);
-    if packed == 0 {
-        return false;
+/// The kernel that computes `x W^T` for `rows` activation rows and a
+/// `weight: [n, k]` of `dtype`, if a route in force takes it.
+pub fn route(rows: usize, n: i32, k: i32, dtype: Dtype) -> Option<Kernel> {
+    let routes = ROUTES.read().unwrap_or_else(|e| e.into_inner());
+    if routes.is_empty() {
+        return None;
     }
-    let (min, max) = (packed >> 8, packed & 0xff);
-    (min..=max).contains(&rows)
-        && k % 8 == 0
-        && k > 0
-        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+    pick(&routes, rows, n, k, dtype)
 }
 
-/// `x W^T` for `x: [..., K]` with at most [`MAX_ROWS`] rows in all and a
-/// row-major `weight: [N, K]` of the same dtype (bf16 or f16).
-pub fn matmul_t(x: &Array, weight: &Array) -> Result<Array> {
+/// The routes in force.
+pub fn routes() -> Vec<Route> {
+    ROUTES.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// `x W^T` by `kernel` for `x: [..., K]` with at most the kernel's rows in
+/// all and a row-major `weight: [N, K]` of the same dtype (bf16 or f16).
+pub fn matmul_t(kernel: Kernel, x: &Array, weight: &Array) -> Result<Array> {
     let k = weight.dim(1);
     let n = weight.dim(0);
     let mut out_shape = x.shape().to_vec();
     let rows: i32 = out_shape[..out_shape.len() - 1].iter().product();
     let x2 = x.reshape(&[rows, k])?;
-    let y = launch(&x2, weight, rows, n, k)?;
+    let y = launch(kernel, &x2, weight, rows, n, k)?;
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
     Ok(y.reshape(&out_shape)?)
 }
 
-fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
+fn new_kernel(kind: Kernel) -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
     let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
-    let (name, source, header) = (c("hearth_gemv")?, c(SOURCE)?, c("")?);
+    let (name, source, header) = match kind {
+        Kernel::Warp => (c("hearth_gemv")?, c(SOURCE)?, c("")?),
+        Kernel::Mma => (c("hearth_gemv_mma")?, c(MMA_SOURCE)?, c(MMA_HEADER)?),
+    };
     let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
         let owned: Vec<CString> = v
             .iter()
@@ -148,9 +426,18 @@ fn new_kernel() -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
 
 /// A thread's kernel handle (or why it could not be made), freed when the
 /// thread ends.
-struct Kernel(std::result::Result<mlx_sys::mlx_fast_cuda_kernel, &'static str>);
+struct Handle(std::result::Result<mlx_sys::mlx_fast_cuda_kernel, &'static str>);
 
-impl Drop for Kernel {
+impl Handle {
+    fn new(kind: Kernel) -> Handle {
+        Handle(new_kernel(kind).map_err(|e| {
+            tracing::warn!(error = %e, kernel = kind.name(), "cuda gemv: creating the kernel failed");
+            "creating the kernel failed"
+        }))
+    }
+}
+
+impl Drop for Handle {
     fn drop(&mut self) {
         if let Ok(kernel) = self.0 {
             // SAFETY: created by `new_kernel`, freed once, here.
@@ -160,10 +447,8 @@ impl Drop for Kernel {
 }
 
 thread_local! {
-    static KERNEL: Kernel = Kernel(new_kernel().map_err(|e| {
-        tracing::warn!(error = %e, "cuda gemv: creating the kernel failed");
-        "creating the kernel failed"
-    }));
+    static WARP_KERNEL: Handle = Handle::new(Kernel::Warp);
+    static MMA_KERNEL: Handle = Handle::new(Kernel::Mma);
 
     /// `[N, K]` of each matrix shape seen, kept on the device: one small
     /// array per shape instead of a host-to-device copy per call.
@@ -185,7 +470,7 @@ fn dims_array(n: i32, k: i32) -> Array {
 /// module per row count, all of them in [`enable`]'s self-check, instead of
 /// one per matrix shape and row count in the middle of serving (each an
 /// NVRTC compile of about a second: the stalls of bench/results/h200-2026-11-29-s3).
-fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
+fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     let fail = |what: &str| ModelError::Mlx(format!("cuda gemv: {what}"));
     let dtype = w.dtype();
     let c = |s: &str| CString::new(s).map_err(|_| fail("bad string"));
@@ -194,7 +479,10 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     // matmuls of a decode step, which made a single stream 30% slower
     // (run 2 of bench/results/h200-2026-11-29-s3). MLX caches the compiled
     // module by name and template arguments.
-    let kernel = KERNEL.with(|k| k.0.map_err(fail))?;
+    let kernel = match kind {
+        Kernel::Warp => WARP_KERNEL.with(|k| k.0.map_err(fail))?,
+        Kernel::Mma => MMA_KERNEL.with(|k| k.0.map_err(fail))?,
+    };
     let t = c("T")?;
     let tr = c("ROWS")?;
     let dims = dims_array(n, k);
@@ -206,7 +494,11 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     unsafe {
         let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
         let shape = [rows, n];
-        let blocks = (n + WARPS - 1) / WARPS;
+        let cols_per_block = match kind {
+            Kernel::Warp => WARPS,
+            Kernel::Mma => MMA_COLS,
+        };
+        let blocks = (n + cols_per_block - 1) / cols_per_block;
         let mut status = 0;
         status |= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
             config,
@@ -251,39 +543,47 @@ fn launch(x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
     }
 }
 
-/// Turns the kernel on for `min..=max` rows (clamped to `1..=MAX_ROWS`)
-/// after checking it against MLX's matmul on this device; returns the
-/// largest relative error seen, or why it stays off. Call only on a CUDA
-/// device.
-pub fn enable(min: usize, max: usize) -> std::result::Result<f32, String> {
-    let (min, max) = (min.clamp(1, MAX_ROWS), max.clamp(1, MAX_ROWS));
-    if min > max {
-        return Err("empty row range".into());
+/// Puts `routes` in force after checking each route's kernel against
+/// MLX's matmul on this device for all its row counts (which also compiles
+/// every module the routes need, so none compiles mid-serving); returns the
+/// largest relative error seen, or why the routes stay off. Call only on a
+/// CUDA device.
+pub fn enable(routes: Vec<Route>) -> std::result::Result<f32, String> {
+    let mut worst = 0.0f32;
+    for r in &routes {
+        let err = self_check(r.kernel, r.min_rows, r.max_rows).map_err(|e| e.to_string())?;
+        if err > 2e-2 {
+            return Err(format!(
+                "self-check of the {} kernel failed: relative error {err} against MLX's matmul",
+                r.kernel.name()
+            ));
+        }
+        worst = worst.max(err);
     }
-    let worst = self_check(min, max).map_err(|e| e.to_string())?;
-    if worst > 2e-2 {
-        return Err(format!(
-            "self-check failed: relative error {worst} against MLX's matmul"
-        ));
-    }
-    ROWS.store(min << 8 | max, Ordering::Relaxed);
+    *ROUTES.write().unwrap_or_else(|e| e.into_inner()) = routes;
     Ok(worst)
 }
 
-/// Turns the kernel off.
+/// Turns the kernels off: MLX's matmul everywhere.
 pub fn disable() {
-    ROWS.store(0, Ordering::Relaxed);
+    ROUTES.write().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
-fn self_check(min: usize, max: usize) -> Result<f32> {
+/// Largest relative error against MLX's matmul over every row count, on
+/// shapes whose N is not a multiple of a block's columns and whose K is not
+/// a multiple of a block's step, in bf16 and f16.
+fn self_check(kernel: Kernel, min: usize, max: usize) -> Result<f32> {
     let mut worst = 0.0f32;
-    for (n, k) in [(1000, 512), (96, 4096)] {
-        let w =
-            mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(Dtype::Bfloat16)?;
+    for (n, k, dtype) in [
+        (1000, 544, Dtype::Bfloat16),
+        (96, 4096, Dtype::Bfloat16),
+        (40, 2080, Dtype::Float16),
+    ] {
+        let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(dtype)?;
         for rows in min..=max {
             let x = mlx_rs::random::normal::<f32>(&[rows as i32, k], None, None, None)?
-                .as_dtype(Dtype::Bfloat16)?;
-            let ours = launch(&x, &w, rows as i32, n, k)?.as_dtype(Dtype::Float32)?;
+                .as_dtype(dtype)?;
+            let ours = launch(kernel, &x, &w, rows as i32, n, k)?.as_dtype(Dtype::Float32)?;
             let reference = x.matmul(w.t())?.as_dtype(Dtype::Float32)?;
             let err = ours
                 .subtract(&reference)?
@@ -297,33 +597,112 @@ fn self_check(min: usize, max: usize) -> Result<f32> {
                 .try_item_cast::<f32>()
                 .map_err(|e| ModelError::Mlx(e.to_string()))?
                 .max(1e-6);
-            worst = worst.max(err / scale);
+            // NaN (an unwritten output, say) must fail the check too.
+            let rel = err / scale;
+            worst = if rel.is_nan() {
+                f32::INFINITY
+            } else {
+                worst.max(rel)
+            };
         }
     }
     Ok(worst)
 }
 
-/// Times MLX's matmul against the kernel for `rows` rows of `[n, k]` bf16
-/// weights: (matmul µs, kernel µs) per call, averaged over `reps` calls
-/// queued back to back (one sync at the end).
-pub fn time(rows: usize, n: i32, k: i32, reps: usize) -> Result<(f64, f64)> {
-    let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(Dtype::Bfloat16)?;
+/// Per-call time in µs of `x W^T` for `rows` rows of `[n, k]` bf16 weights,
+/// by MLX's matmul and by `kernel` (`None` where it does not take the
+/// shape): `reps` products over 4 weight copies in turn (so the L2 cannot
+/// hold them), queued back to back, one sync at the end.
+pub fn time(
+    rows: usize,
+    n: i32,
+    k: i32,
+    reps: usize,
+    kernels: &[Kernel],
+) -> Result<Vec<Option<f64>>> {
+    let ws: Vec<Array> = (0..4)
+        .map(|_| {
+            mlx_rs::random::normal::<f32>(&[n, k], None, None, None)
+                .and_then(|w| w.as_dtype(Dtype::Bfloat16))
+        })
+        .collect::<std::result::Result<_, _>>()?;
     let x = mlx_rs::random::normal::<f32>(&[rows as i32, k], None, None, None)?
         .as_dtype(Dtype::Bfloat16)?;
-    w.eval()?;
+    for w in &ws {
+        w.eval()?;
+    }
     x.eval()?;
     let run = |f: &dyn Fn(&Array) -> Result<Array>| -> Result<f64> {
-        // Chain the calls so MLX cannot drop any: each adds a scaled copy.
-        let mut acc = f(&x)?;
+        // Chain the calls so MLX cannot drop any: each adds to the sum.
+        let mut acc = f(&ws[0])?;
         acc.eval()?;
         let start = std::time::Instant::now();
-        for _ in 0..reps {
-            acc = acc.add(f(&x)?)?;
+        for i in 0..reps {
+            acc = acc.add(f(&ws[i % ws.len()])?)?;
         }
         acc.eval()?;
         Ok(start.elapsed().as_secs_f64() * 1e6 / reps as f64)
     };
-    let mlx = run(&|x| Ok(x.matmul(w.t())?))?;
-    let ours = run(&|x| launch(x, &w, rows as i32, n, k))?;
-    Ok((mlx, ours))
+    let mut out = vec![Some(run(&|w| Ok(x.matmul(w.t())?))?)];
+    for &kernel in kernels {
+        out.push(if rows <= kernel.max_rows() && kernel.takes_k(k) {
+            Some(run(&|w| launch(kernel, &x, w, rows as i32, n, k))?)
+        } else {
+            None
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_pick_the_first_match() {
+        let routes = Route::parse_list("warp:1-2, mma:3-16:32").unwrap();
+        assert_eq!(routes, Route::parse_list("warp:1-2+mma:3-16:32").unwrap());
+        assert_eq!(routes.len(), 2);
+        let bf16 = Dtype::Bfloat16;
+        // 1-2 rows: the warp kernel, whatever the size.
+        assert_eq!(pick(&routes, 1, 151936, 4096, bf16), Some(Kernel::Warp));
+        assert_eq!(pick(&routes, 2, 4096, 4096, bf16), Some(Kernel::Warp));
+        // 3-16 rows: tensor cores up to 32 MiB of weight, MLX above.
+        assert_eq!(pick(&routes, 3, 4096, 4096, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&routes, 16, 4096, 4096, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&routes, 8, 24576, 4096, bf16), None);
+        assert_eq!(pick(&routes, 17, 1024, 1024, bf16), None);
+        // f32 weights and a K the kernels cannot step through stay on MLX.
+        assert_eq!(pick(&routes, 2, 1024, 1024, Dtype::Float32), None);
+        assert_eq!(pick(&routes, 4, 1024, 1000, bf16), None);
+        assert_eq!(
+            pick(&routes, 1, 1024, 1000, Dtype::Float16),
+            Some(Kernel::Warp)
+        );
+    }
+
+    #[test]
+    fn bare_ranges_mean_the_warp_kernel_and_bad_routes_are_refused() {
+        assert_eq!(
+            Route::parse_list("2-4").unwrap(),
+            vec![Route {
+                kernel: Kernel::Warp,
+                min_rows: 2,
+                max_rows: 4,
+                max_weight_mb: None
+            }]
+        );
+        assert!(Route::parse_list("off").unwrap().is_empty());
+        for bad in [
+            "warp:0-2",
+            "warp:3-2",
+            "warp:1-9",
+            "mma:1-17",
+            "tc:1-2",
+            "mma:1-4:x",
+            "1",
+        ] {
+            assert!(Route::parse_list(bad).is_err(), "{bad} parsed");
+        }
+    }
 }

@@ -243,10 +243,16 @@ fn concat_part(parts: &[Linear], pick: fn(&Linear) -> Option<&Array>) -> Result<
 fn dense_matmul_t(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len().saturating_sub(1)].iter().product();
-    if crate::cuda_gemv::applies(rows.max(0) as usize, weight.dim(1), weight.dtype())
-        && x.dtype() == weight.dtype()
-    {
-        return crate::cuda_gemv::matmul_t(x, weight);
+    if x.dtype() == weight.dtype() {
+        let kernel = crate::cuda_gemv::route(
+            rows.max(0) as usize,
+            weight.dim(0),
+            weight.dim(1),
+            weight.dtype(),
+        );
+        if let Some(kernel) = kernel {
+            return crate::cuda_gemv::matmul_t(kernel, x, weight);
+        }
     }
     Ok(x.matmul(weight.t())?)
 }

@@ -55,7 +55,7 @@ pub(super) fn start(
                     return;
                 }
             };
-            enable_cuda_gemv();
+            crate::device::enable_cuda_gemv();
             let eos_token_ids = loaded.eos_token_ids();
             let model = loaded.model;
             let config_m = model.config.clone();
@@ -112,37 +112,6 @@ pub(super) fn start(
         thread: Mutex::new(Some(thread)),
     });
     Ok(SchedulerHandle { commands, shared })
-}
-
-/// On MLX's CUDA backend, decode steps of 2..=4 rows use Hearth's
-/// small-batch GEMV kernel (models/src/cuda_gemv.rs) once it passes its
-/// self-check; `HEARTH_CUDA_GEMV=MIN-MAX` (rows) picks another range and
-/// `off` turns it off. The default is what measured best end to end on the
-/// H200 (bench/results/h200-2026-11-29-s3, run 5): with the kernel for
-/// 2..=8 rows an 8B model's 2- and 4-stream speed-ups went from 1.31x /
-/// 2.30x to 1.77x / 3.08x in the same run, while one row (MLX's own GEMV)
-/// and 8 rows (MLX's GEMM) were faster without it.
-fn enable_cuda_gemv() {
-    use hearth_models::cuda_gemv;
-    if crate::device::DeviceInfo::detect().backend != "cuda" {
-        return;
-    }
-    let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| "2-4".into());
-    if setting == "off" {
-        cuda_gemv::disable();
-        return;
-    }
-    let range = setting
-        .split_once('-')
-        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-    let Some((min, max)) = range else {
-        tracing::warn!(%setting, "HEARTH_CUDA_GEMV must be `off` or `MIN-MAX`; kernel off");
-        return;
-    };
-    match cuda_gemv::enable(min, max) {
-        Ok(err) => tracing::info!(min, max, max_rel_error = err, "small-batch GEMV kernel on"),
-        Err(e) => tracing::warn!(error = %e, "small-batch GEMV kernel off"),
-    }
 }
 
 /// Bytes per element of the KV cache, as a one-token forward stores it.

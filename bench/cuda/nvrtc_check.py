@@ -1,0 +1,78 @@
+"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs) with NVRTC the way
+MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
+errors before a device call and prints ptxas' register/spill report.
+
+Needs the wheels nvidia-cuda-nvrtc, nvidia-cuda-runtime, nvidia-cuda-cccl (13.x)
+and mlx-cuda-13==0.32.2 unpacked into one folder (SITE):
+    pip download --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_35_x86_64 --platform manylinux_2_17_x86_64 -d W \
+        'nvidia-cuda-nvrtc==13.*' 'nvidia-cuda-runtime==13.*' 'nvidia-cuda-cccl==13.*' mlx-cuda-13==0.32.2
+    for f in W/*.whl; do unzip -qo $f -d SITE; done
+    python3 bench/cuda/nvrtc_check.py SITE [CUBIN_DIR]
+MLX embeds its device headers in libmlx: SITE/mlxsrc must hold MLX's source tree
+(its `mlx/` folder) at the wheel's version.
+"""
+import ctypes
+import pathlib
+import re
+import sys
+
+site = pathlib.Path(sys.argv[1])
+src = pathlib.Path(__file__).resolve().parents[2] / "models/src/cuda_gemv.rs"
+rust = src.read_text()
+
+
+def const(name):
+    m = re.search(rf'const {name}: &str = r#"(.*?)"#;', rust, re.S)
+    return m.group(1) if m else ""
+
+
+# (kernel name, body, header, input names, template rows)
+kernels = [
+    ("hearth_gemv", const("SOURCE"), "", range(1, 9)),
+    ("hearth_gemv_mma", const("MMA_SOURCE"), const("MMA_HEADER"), range(1, 17)),
+]
+cu = site / "nvidia/cu13"
+nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
+includes = [site / "mlxsrc", site / "mlx/include", site / "mlx/include/cccl", cu / "include", cu / "include/cccl", cu / "cccl"]
+failed = 0
+for name, body, header, rows_range in kernels:
+    for dtype in ["__nv_bfloat16", "__half"]:
+        for rows in rows_range:
+            fn = f"custom_kernel_{name}_{dtype}_{rows}"
+            text = (
+                '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'
+                + header
+                + "namespace mlx::core::cu {\nnamespace cg = cooperative_groups;\n"
+                + f"__global__ void {fn}(const {dtype}* x, const {dtype}* w, const int32_t* dims, {dtype}* y) {{\n"
+                + f"  using T = {dtype};\n  constexpr int ROWS = {rows};\n"
+                + body
+                + "\n}\n}\n"
+            )
+            prog = ctypes.c_void_p()
+            assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"k.cu", 0, None, None) == 0
+            args = [b"--device-as-default-execution-space", b"--gpu-architecture=sm_90a", b"--ptxas-options=-v"]
+            args += [f"--include-path={p}".encode() for p in includes if p.exists()]
+            argv = (ctypes.c_char_p * len(args))(*args)
+            rc = nvrtc.nvrtcCompileProgram(prog, len(args), argv)
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value + 1)
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            text_log = log.value.decode(errors="replace")
+            usage = [l.strip() for l in text_log.splitlines() if "registers" in l or "spill" in l]
+            status = "ok" if rc == 0 else f"FAILED ({rc})"
+            failed += rc != 0
+            print(f"{name} {dtype} ROWS={rows}: {status}; {' | '.join(usage)}")
+            if rc != 0:
+                print(text_log)
+                sys.exit(1)
+            dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+            if dump:  # the cubin, for cuobjdump --dump-sass
+                dump.mkdir(parents=True, exist_ok=True)
+                n = ctypes.c_size_t()
+                nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+                buf = ctypes.create_string_buffer(n.value)
+                nvrtc.nvrtcGetCUBIN(prog, buf)
+                (dump / f"{fn}.cubin").write_bytes(buf.raw)
+print("all compiled" if not failed else f"{failed} failed")
