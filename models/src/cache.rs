@@ -9,7 +9,8 @@
 //! For continuous batching, [`BatchKv`] holds one such buffer per layer with
 //! one *row* per running sequence (`[rows, kv_heads, capacity, head_dim]`).
 //! A decode step writes every row's new token at that row's own position
-//! with one scatter and attends over `[0, max position]` with a per-row mask;
+//! with one scatter and attends over `[0, max position]` with a per-row mask
+//! (none when every row is at the same position: one row, say);
 //! a prefill chunk writes one row in place. Rows never move: a sequence
 //! keeps its row for life, and rows without a decoding sequence ride along
 //! in the batch as passengers whose outputs are ignored (see
@@ -198,7 +199,7 @@ impl CacheView<'_> {
     /// (`None`: causal for several tokens, nothing for one).
     pub fn mask(&self) -> Option<&Array> {
         match self {
-            CacheView::Decode { step, .. } => Some(&step.mask),
+            CacheView::Decode { step, .. } => step.mask.as_ref(),
             _ => None,
         }
     }
@@ -299,8 +300,12 @@ pub struct DecodeStep {
     kv_heads: usize,
     /// Start position per row, `[n]` int32 (RoPE offsets).
     offsets: Array,
-    /// Attention mask `[n, 1, 1, kv_len]`: row `i` sees `0..=positions[i]`.
-    mask: Array,
+    /// Attention mask `[n, 1, 1, kv_len]`: row `i` sees `0..=positions[i]`;
+    /// `None` when every row sees all of `0..kv_len` (one row, or rows of
+    /// one length), so attention takes its unmasked kernels: MLX's CUDA
+    /// SDPA has a fused one-token kernel only without an array mask (with
+    /// one it falls back to separate matmul, softmax and mask ops).
+    mask: Option<Array>,
     /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
     flat_index: Array,
     kv_len: usize,
@@ -315,10 +320,15 @@ impl DecodeStep {
         let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
         debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
         let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let mut mask = vec![false; n * kv_len];
-        for (i, &p) in positions.iter().enumerate() {
-            mask[i * kv_len..i * kv_len + p + 1].fill(true);
-        }
+        let mask = if positions.iter().all(|&p| p + 1 == kv_len) {
+            None
+        } else {
+            let mut mask = vec![false; n * kv_len];
+            for (i, &p) in positions.iter().enumerate() {
+                mask[i * kv_len..i * kv_len + p + 1].fill(true);
+            }
+            Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]))
+        };
         let mut flat = Vec::with_capacity(n * kv_heads);
         for (i, &p) in positions.iter().enumerate() {
             for h in 0..kv_heads {
@@ -329,7 +339,7 @@ impl DecodeStep {
             shape,
             kv_heads,
             offsets: Array::from_slice(&offsets, &[n as i32]),
-            mask: Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]),
+            mask,
             flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
             positions,
             kv_len,
@@ -605,6 +615,28 @@ fn owned_copy(a: &Array) -> Result<Array> {
 mod tests {
     use super::*;
     use mlx_rs::random;
+
+    #[test]
+    fn decode_masks_only_rows_of_different_lengths() {
+        let shape = BatchShape {
+            rows: 4,
+            capacity: 256,
+        };
+        // One row, or rows at one position: every row sees all of 0..kv_len.
+        assert!(DecodeStep::new(shape, 2, vec![7]).mask.is_none());
+        assert!(DecodeStep::new(shape, 2, vec![5, 5, 5]).mask.is_none());
+        // Different positions: row i sees 0..=positions[i] and no more.
+        let step = DecodeStep::new(shape, 2, vec![2, 0, 3]);
+        let mask = step.mask.as_ref().expect("a mask");
+        assert_eq!(mask.shape(), &[3, 1, 1, 4]);
+        let seen: Vec<bool> = mask.as_slice::<bool>().to_vec();
+        #[rustfmt::skip]
+        assert_eq!(seen, [
+            true, true, true, false,
+            true, false, false, false,
+            true, true, true, true,
+        ]);
+    }
 
     #[test]
     fn appends_and_grows_without_losing_data() {
