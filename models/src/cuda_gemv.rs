@@ -168,26 +168,20 @@ impl Kernel {
 /// `m16n8k16` tile, bf16 or f16 operands, f32 accumulators.
 const MMA_HEADER: &str = r#"
 template <typename T> struct HearthMma;
-template <> struct HearthMma<__nv_bfloat16> {
-    static __device__ __forceinline__ void run(float* d, unsigned a0, unsigned a1, unsigned a2,
-                                               unsigned a3, unsigned b0, unsigned b1) {
-        asm(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
-template <> struct HearthMma<__half> {
-    static __device__ __forceinline__ void run(float* d, unsigned a0, unsigned a1, unsigned a2,
-                                               unsigned a3, unsigned b0, unsigned b1) {
-        asm(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
+#define HEARTH_MMA(TYPE, PTX_TYPE)                                                        \
+    template <> struct HearthMma<TYPE> {                                                  \
+        static __device__ __forceinline__ void run(float* d, unsigned a0, unsigned a1,    \
+                                                   unsigned a2, unsigned a3, unsigned b0, \
+                                                   unsigned b1) {                         \
+            asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 "    \
+                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                \
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                          \
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                  \
+        }                                                                                 \
+    };
+HEARTH_MMA(__nv_bfloat16, "bf16")
+HEARTH_MMA(__half, "f16")
+#undef HEARTH_MMA
 "#;
 
 /// `y = x W^T` on tensor cores for `ROWS <= 16` activation rows. The weight
