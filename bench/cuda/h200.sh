@@ -6,7 +6,9 @@
 #   1. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,run}/
 #      device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
 #   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
-#      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS)
+#      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS,
+#      H200_VARIANTS="name:ENV=V,ENV=V;..." Hearth servers measured side by side;
+#      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
 #      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
 # Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
