@@ -95,7 +95,8 @@ EOF
   stamp "installed"
   # Does a small batch cost more than one row in MLX's CUDA matmul? (the
   # batch-1 -> batch-2 step-time jump seen for both servers)
-  python3 - <<'EOF' | tee "$OUT/matmul.txt"
+  # (appended to bandwidth.txt: at most 8 files come back from a device call)
+  python3 - <<'EOF' | tee -a "$OUT/bandwidth.txt"
 import time, mlx.core as mx
 for n, k in [(4096, 4096), (12288, 4096), (4096, 12288)]:
     w = mx.random.normal((n, k), dtype=mx.bfloat16); mx.eval(w)
@@ -180,10 +181,12 @@ EOF
       sed -n '/^## /,$p' "/tmp/prefill-$name.md" | head -40
       stamp "$name: prefill curve done"
     fi
-    cat /tmp/interference-$name.md /tmp/prefill-$name.md > "$OUT/extra-$name.md" 2>/dev/null || true
+    extra=$(cat /tmp/interference-$name.md /tmp/prefill-$name.md 2>/dev/null || true)
+    if [[ -n $extra ]]; then printf '%s\n' "$extra" > "$OUT/extra-$name.md"; fi
     kill "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
-    # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE).
+    # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE):
+    # one file for all models, so two models' runs stay within 8 files.
     python3 bench/cuda/trace_summary.py /tmp/trace-$name-*.tsv | tee -a "$OUT/trace-summary.txt"
     tail -n 5 /tmp/hearth-serve-$name-*.log
     grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
