@@ -234,9 +234,7 @@ fn gemv_bench() -> Result<()> {
     }
     let kernels = [Kernel::Warp, Kernel::Mma];
     for kernel in kernels {
-        let all = format!("{}:1-{}", kernel.name(), kernel.max_rows());
-        let routes = cuda_gemv::Route::parse_list(&all).map_err(anyhow::Error::msg)?;
-        match cuda_gemv::enable(routes) {
+        match cuda_gemv::enable(vec![cuda_gemv::Route::all(kernel)]) {
             Ok(err) => {
                 println!("{kernel:?} kernel: self-check passed, max relative error {err:.2e}")
             }

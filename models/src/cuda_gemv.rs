@@ -95,10 +95,20 @@ impl Route {
         })
     }
 
+    /// Every row count `kernel` takes, any weight size.
+    pub fn all(kernel: Kernel) -> Route {
+        Route {
+            kernel,
+            min_rows: 1,
+            max_rows: kernel.max_rows(),
+            max_weight_mb: None,
+        }
+    }
+
     fn matches(&self, rows: usize, n: i32, k: i32, dtype: Dtype) -> bool {
         let bytes = n as usize * k as usize * 2;
         (self.min_rows..=self.max_rows).contains(&rows)
-            && self.kernel.takes_k(k)
+            && self.kernel.takes(rows, k)
             && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
             && self.max_weight_mb.is_none_or(|mb| bytes <= mb << 20)
     }
@@ -137,13 +147,11 @@ impl Kernel {
         }
     }
 
-    /// `warp` or `mma`.
+    /// `warp` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
-        match s {
-            "warp" => Some(Kernel::Warp),
-            "mma" => Some(Kernel::Mma),
-            _ => None,
-        }
+        [Kernel::Warp, Kernel::Mma]
+            .into_iter()
+            .find(|k| k.name() == s)
     }
 
     pub fn max_rows(self) -> usize {
@@ -153,14 +161,22 @@ impl Kernel {
         }
     }
 
-    /// Reduction widths the kernel handles (16-byte loads; the tensor-core
-    /// kernel reads 32 elements per step).
-    fn takes_k(self, k: i32) -> bool {
+    /// Whether the kernel takes `rows` activation rows of width `k` (16-byte
+    /// loads; the tensor-core kernel reads 32 elements of K per step).
+    fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
             Kernel::Warp => 8,
             Kernel::Mma => 32,
         };
-        k > 0 && k % step == 0
+        (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
+    }
+
+    /// Output columns one thread block computes.
+    fn cols_per_block(self) -> i32 {
+        match self {
+            Kernel::Warp => WARPS,
+            Kernel::Mma => MMA_COLS,
+        }
     }
 }
 
@@ -351,16 +367,13 @@ const SOURCE: &str = r#"
 /// The kernel that computes `x W^T` for `rows` activation rows and a
 /// `weight: [n, k]` of `dtype`, if a route in force takes it.
 pub fn route(rows: usize, n: i32, k: i32, dtype: Dtype) -> Option<Kernel> {
-    let routes = ROUTES.read().unwrap_or_else(|e| e.into_inner());
-    if routes.is_empty() {
-        return None;
-    }
-    pick(&routes, rows, n, k, dtype)
-}
-
-/// The routes in force.
-pub fn routes() -> Vec<Route> {
-    ROUTES.read().unwrap_or_else(|e| e.into_inner()).clone()
+    pick(
+        &ROUTES.read().unwrap_or_else(|e| e.into_inner()),
+        rows,
+        n,
+        k,
+        dtype,
+    )
 }
 
 /// `x W^T` by `kernel` for `x: [..., K]` with at most the kernel's rows in
@@ -488,11 +501,7 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     unsafe {
         let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
         let shape = [rows, n];
-        let cols_per_block = match kind {
-            Kernel::Warp => WARPS,
-            Kernel::Mma => MMA_COLS,
-        };
-        let blocks = (n + cols_per_block - 1) / cols_per_block;
+        let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
         let mut status = 0;
         status |= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
             config,
@@ -639,7 +648,7 @@ pub fn time(
     };
     let mut out = vec![Some(run(&|w| Ok(x.matmul(w.t())?))?)];
     for &kernel in kernels {
-        out.push(if rows <= kernel.max_rows() && kernel.takes_k(k) {
+        out.push(if kernel.takes(rows, k) {
             Some(run(&|w| launch(kernel, &x, w, rows as i32, n, k))?)
         } else {
             None
