@@ -27,7 +27,7 @@ def const(name):
     return m.group(1) if m else ""
 
 
-# (kernel name, body, header, input names, template rows)
+# (kernel name, body, header, row counts it is compiled for)
 kernels = [
     ("hearth_gemv", const("SOURCE"), "", range(1, 9)),
     ("hearth_gemv_mma", const("MMA_SOURCE"), const("MMA_HEADER"), range(1, 17)),
@@ -36,6 +36,7 @@ cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
 includes = [site / "mlxsrc", site / "mlx/include", site / "mlx/include/cccl", cu / "include", cu / "include/cccl", cu / "cccl"]
 failed = 0
+dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
 for name, body, header, rows_range in kernels:
     for dtype in ["__nv_bfloat16", "__half"]:
         for rows in rows_range:
@@ -67,7 +68,6 @@ for name, body, header, rows_range in kernels:
             if rc != 0:
                 print(text_log)
                 sys.exit(1)
-            dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
             if dump:  # the cubin, for cuobjdump --dump-sass
                 dump.mkdir(parents=True, exist_ok=True)
                 n = ctypes.c_size_t()
