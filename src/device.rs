@@ -49,16 +49,32 @@ impl DeviceInfo {
 /// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others.
 pub const DEFAULT_CUDA_GEMV: &str = "warp:2-2,mma:3-16:32";
 
-/// On MLX's CUDA backend, puts the small-batch GEMV routes in force
-/// (models/src/cuda_gemv.rs): [`DEFAULT_CUDA_GEMV`], or
-/// `HEARTH_CUDA_GEMV=KERNEL:MIN-MAX[:MAX_MB],...` (`off`: MLX's matmul
-/// everywhere). The default is what measured best end to end on the H200
-/// (bench/results/h200-*.md). Nothing happens on other devices.
-pub fn enable_cuda_gemv() {
-    use hearth_models::cuda_gemv::{self, Route};
+/// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
+/// on other devices); each is checked against MLX on the device first and
+/// stays off if that fails:
+///
+/// - the small-batch GEMV routes (models/src/cuda_gemv.rs):
+///   [`DEFAULT_CUDA_GEMV`], or `HEARTH_CUDA_GEMV=KERNEL:MIN-MAX[:MAX_MB],...`
+///   (`off`: MLX's matmul everywhere). The default is what measured best end
+///   to end on the H200 (bench/results/h200-*.md).
+/// - one-token attention over rows of different lengths
+///   (models/src/cuda_attn.rs): `HEARTH_CUDA_ATTN` is `on` (the default:
+///   aim at [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`] blocks per
+///   step), a number of blocks to aim at (0: fewest key chunks), or `off`
+///   (MLX's masked SDPA).
+///
+/// Call it on the thread that runs the model: MLX's stream and the kernel
+/// handles are per thread.
+pub fn enable_cuda_kernels() {
     if DeviceInfo::detect().backend != "cuda" {
         return;
     }
+    enable_cuda_gemv();
+    enable_cuda_attn();
+}
+
+fn enable_cuda_gemv() {
+    use hearth_models::cuda_gemv::{self, Route};
     let setting = std::env::var("HEARTH_CUDA_GEMV").unwrap_or_else(|_| DEFAULT_CUDA_GEMV.into());
     let routes = match Route::parse_list(&setting) {
         Ok(routes) => routes,
@@ -78,6 +94,36 @@ pub fn enable_cuda_gemv() {
     }
 }
 
+/// `HEARTH_CUDA_ATTN`: `None` for off, else the blocks a step aims at.
+fn parse_cuda_attn(setting: &str) -> std::result::Result<Option<usize>, String> {
+    use hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS;
+    match setting.trim() {
+        "off" => Ok(None),
+        "on" | "" => Ok(Some(DEFAULT_TARGET_BLOCKS)),
+        n => n
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("want on, off or a number of blocks, not `{n}`")),
+    }
+}
+
+fn enable_cuda_attn() {
+    use hearth_models::cuda_attn;
+    let setting = std::env::var("HEARTH_CUDA_ATTN").unwrap_or_else(|_| "on".into());
+    let target = match parse_cuda_attn(&setting) {
+        Ok(Some(target)) => target,
+        Ok(None) => return cuda_attn::disable(),
+        Err(e) => {
+            tracing::warn!(%setting, error = %e, "HEARTH_CUDA_ATTN: attention kernel off");
+            return cuda_attn::disable();
+        }
+    };
+    match cuda_attn::enable(target) {
+        Ok(err) => tracing::info!(%setting, max_rel_error = err, "one-token attention kernel on"),
+        Err(e) => tracing::warn!(%setting, error = %e, "one-token attention kernel off"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +136,15 @@ mod tests {
             assert_eq!((d.kind, d.backend), ("cpu", "cpu"));
         }
         assert!(!d.label().is_empty());
+    }
+
+    #[test]
+    fn cuda_attn_setting() {
+        let default = hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS;
+        assert_eq!(parse_cuda_attn("on"), Ok(Some(default)));
+        assert_eq!(parse_cuda_attn(" off "), Ok(None));
+        assert_eq!(parse_cuda_attn("0"), Ok(Some(0)));
+        assert_eq!(parse_cuda_attn("528"), Ok(Some(528)));
+        assert!(parse_cuda_attn("fast").is_err());
     }
 }

@@ -83,6 +83,9 @@ enum DevCommand {
     /// On a CUDA device: check the small-batch GEMV kernels against MLX's
     /// matmul and time them for 1..=16 rows (docs/cuda.md).
     GemvBench,
+    /// On a CUDA device: check the one-token attention kernel for rows of
+    /// different lengths against MLX's masked SDPA and time both.
+    AttnBench,
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
     StepOps {
@@ -216,6 +219,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Dev(DevCommand::GemvBench) => gemv_bench(),
+        Command::Dev(DevCommand::AttnBench) => attn_bench(),
         Command::Dev(DevCommand::StepOps {
             model,
             prompt_tokens,
@@ -223,15 +227,54 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn gemv_bench() -> Result<()> {
-    use hearth_models::cuda_gemv::{self, Kernel};
+fn need_cuda(what: &str) -> Result<()> {
     let device = hearth::device::DeviceInfo::detect();
     if device.backend != "cuda" {
         bail!(
-            "gemv-bench needs MLX's CUDA backend (this is {})",
+            "{what} needs MLX's CUDA backend (this is {})",
             device.label()
         );
     }
+    Ok(())
+}
+
+fn attn_bench() -> Result<()> {
+    use hearth_models::cuda_attn;
+    need_cuda("attn-bench")?;
+    match cuda_attn::enable(cuda_attn::DEFAULT_TARGET_BLOCKS) {
+        Ok(err) => println!("attention kernel: self-check passed, max relative error {err:.2e}"),
+        Err(e) => bail!("attention kernel: {e}"),
+    }
+    let targets = [
+        0,
+        cuda_attn::DEFAULT_TARGET_BLOCKS,
+        4 * cuda_attn::DEFAULT_TARGET_BLOCKS,
+    ];
+    // Qwen3-8B's attention (32 query heads, 8 key/value heads of 128), then
+    // the Qwen3.5-MoE's (16 of 256 over 2).
+    println!(
+        "| heads | rows | kv_len | MLX masked µs | MLX unmasked µs | ours (fewest chunks) µs | ours (target {}) µs | ours (target {}) µs |",
+        targets[1], targets[2]
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (heads, kv_heads, dim) in [(32, 8, 128), (16, 2, 256)] {
+        for rows in [2, 4, 8, 16] {
+            for kv_len in [256, 1024, 4096, 16384] {
+                let t = cuda_attn::time(rows, heads, kv_heads, dim, kv_len, 200, &targets)?;
+                let cells: Vec<String> = t.iter().map(|v| format!("{v:.1}")).collect();
+                println!(
+                    "| {heads}/{kv_heads}x{dim} | {rows} | {kv_len} | {} |",
+                    cells.join(" | ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gemv_bench() -> Result<()> {
+    use hearth_models::cuda_gemv::{self, Kernel};
+    need_cuda("gemv-bench")?;
     let kernels = [Kernel::Warp, Kernel::Mma];
     for kernel in kernels {
         match cuda_gemv::enable(vec![cuda_gemv::Route::all(kernel)]) {
@@ -279,7 +322,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     hearth::engine::fit::check(&path)?;
     let loaded = hearth_models::load(&path)?;
     let load_time = load_started.elapsed();
-    hearth::device::enable_cuda_gemv();
+    hearth::device::enable_cuda_kernels();
     let engine = Engine::new(
         loaded,
         EngineOptions {

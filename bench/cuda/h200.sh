@@ -111,6 +111,9 @@ EOF
   # Hearth's small-batch GEMV kernel against MLX's matmul (self-check + timings).
   [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true; }
   stamp "gemv bench done"
+  # The one-token attention kernel against MLX's masked SDPA (self-check + timings).
+  [[ ${H200_ATTN_BENCH:-1} == 1 ]] && { timeout 120 $H dev attn-bench 2>&1 | tee "$OUT/attn.md" || true; }
+  stamp "attn bench done"
   # Models: "name:arch:shape[:tokenizer-dir]" separated by ';' (H200_MODELS).
   IFS=';' read -ra specs <<< "${H200_MODELS:-dense:qwen3:qwen3-8b}"
   for spec in "${specs[@]}"; do
@@ -188,6 +191,7 @@ EOF
     # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE):
     # one file for all models, so two models' runs stay within 8 files.
     python3 bench/cuda/trace_summary.py /tmp/trace-$name-*.tsv | tee -a "$OUT/trace-summary.txt"
+    grep -h -i "kernel" /tmp/hearth-serve-$name-*.log | cut -c1-300 || true
     tail -n 5 /tmp/hearth-serve-$name-*.log
     grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
   done

@@ -1,4 +1,4 @@
-"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs) with NVRTC the way
+"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -18,35 +18,50 @@ import re
 import sys
 
 site = pathlib.Path(sys.argv[1])
-src = pathlib.Path(__file__).resolve().parents[2] / "models/src/cuda_gemv.rs"
-rust = src.read_text()
+srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs"]}
 
 
-def const(name):
-    m = re.search(rf'const {name}: &str = r#"(.*?)"#;', rust, re.S)
-    return m.group(1) if m else ""
+def const(file, name):
+    m = re.search(rf'const {name}: &str = r#"(.*?)"#;', sources[file], re.S)
+    if not m:
+        sys.exit(f"{file}: no const {name}")
+    return m.group(1)
 
 
-# (kernel name, body, header, row counts it is compiled for)
+GEMV = "const {T}* x, const {T}* w, const int32_t* dims, {T}* y"
+ATTN_IN = "const {T}* q, const {T}* k, const {T}* v, const int32_t* lens, const int32_t* dims, "
+# (kernel name, body, header, signature, constants per compiled variant):
+# the variants MLX compiles (gemv: ROWS per route; attention: D per head size)
 kernels = [
-    ("hearth_gemv", const("SOURCE"), "", range(1, 9)),
-    ("hearth_gemv_mma", const("MMA_SOURCE"), const("MMA_HEADER"), range(1, 17)),
+    ("hearth_gemv", const("cuda_gemv.rs", "SOURCE"), "", GEMV,
+     [f"constexpr int ROWS = {r};" for r in range(1, 9)]),
+    ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
+     [f"constexpr int ROWS = {r};" for r in range(1, 17)]),
+    ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
+     ATTN_IN + "{T}* out", [f"constexpr int D = {d};" for d in (64, 128, 256)]),
+    ("hearth_attn_part", const("cuda_attn.rs", "PARTIAL_SOURCE"), const("cuda_attn.rs", "HEADER"),
+     ATTN_IN + "float* o_part, float* ml_part", [f"constexpr int D = {d};" for d in (64, 128, 256)]),
+    ("hearth_attn_combine", const("cuda_attn.rs", "COMBINE_SOURCE"), "",
+     "const float* o_part, const float* ml_part, const int32_t* dims, {T}* out",
+     [f"constexpr int D = {d};" for d in (64, 128, 256)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
 includes = [site / "mlxsrc", site / "mlx/include", site / "mlx/include/cccl", cu / "include", cu / "include/cccl", cu / "cccl"]
 failed = 0
 dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
-for name, body, header, rows_range in kernels:
+for name, body, header, signature, variants in kernels:
     for dtype in ["__nv_bfloat16", "__half"]:
-        for rows in rows_range:
-            fn = f"custom_kernel_{name}_{dtype}_{rows}"
+        for consts in variants:
+            tag = re.sub(r"\W+", "_", consts.split("int ")[1]).strip("_")
+            fn = f"custom_kernel_{name}_{dtype}_{tag}"
             text = (
                 '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'
                 + header
                 + "namespace mlx::core::cu {\nnamespace cg = cooperative_groups;\n"
-                + f"__global__ void {fn}(const {dtype}* x, const {dtype}* w, const int32_t* dims, {dtype}* y) {{\n"
-                + f"  using T = {dtype};\n  constexpr int ROWS = {rows};\n"
+                + f"__global__ void {fn}({signature.format(T=dtype)}) {{\n"
+                + f"  using T = {dtype};\n  {consts}\n"
                 + body
                 + "\n}\n}\n"
             )
@@ -64,7 +79,7 @@ for name, body, header, rows_range in kernels:
             usage = [l.strip() for l in text_log.splitlines() if "registers" in l or "spill" in l]
             status = "ok" if rc == 0 else f"FAILED ({rc})"
             failed += rc != 0
-            print(f"{name} {dtype} ROWS={rows}: {status}; {' | '.join(usage)}")
+            print(f"{name} {dtype} {tag}: {status}; {' | '.join(usage)}")
             if rc != 0:
                 print(text_log)
                 sys.exit(1)

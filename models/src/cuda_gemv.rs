@@ -22,11 +22,12 @@
 //! (`HEARTH_CUDA_GEMV`, docs/cuda.md). Everywhere else (CPU, Metal) the plain
 //! matmul runs.
 
-use std::{ffi::CString, sync::RwLock};
+use std::sync::RwLock;
 
-use mlx_rs::{Array, Dtype, Stream};
+use mlx_rs::{Array, Dtype};
 
-use crate::error::{ModelError, Result};
+use crate::cuda_kernel::{relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::error::Result;
 
 /// Most activation rows the kernels take (more use MLX's GEMM).
 pub const MAX_ROWS: usize = 16;
@@ -391,71 +392,13 @@ pub fn matmul_t(kernel: Kernel, x: &Array, weight: &Array) -> Result<Array> {
     Ok(y.reshape(&out_shape)?)
 }
 
-fn new_kernel(kind: Kernel) -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
-    let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
-    let (name, source, header) = match kind {
-        Kernel::Warp => (c("hearth_gemv")?, c(SOURCE)?, c("")?),
-        Kernel::Mma => (c("hearth_gemv_mma")?, c(MMA_SOURCE)?, c(MMA_HEADER)?),
-    };
-    let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
-        let owned: Vec<CString> = v
-            .iter()
-            .map(|s| c(s))
-            .collect::<std::result::Result<_, _>>()?;
-        let mut ptrs: Vec<*const std::os::raw::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
-        // SAFETY: mlx-c copies the strings; `owned` outlives the call.
-        Ok(unsafe { mlx_sys::mlx_vector_string_new_data(ptrs.as_mut_ptr(), ptrs.len()) })
-    };
-    let inputs = names(&["x", "w", "dims"])?;
-    let outputs = names(&["y"])?;
-    // SAFETY: plain constructor call with valid C strings and vectors, which
-    // are freed right after (mlx-c copies them).
-    let kernel = unsafe {
-        let k = mlx_sys::mlx_fast_cuda_kernel_new(
-            name.as_ptr(),
-            inputs,
-            outputs,
-            source.as_ptr(),
-            header.as_ptr(),
-            true,
-            0,
-        );
-        mlx_sys::mlx_vector_string_free(inputs);
-        mlx_sys::mlx_vector_string_free(outputs);
-        k
-    };
-    if kernel.ctx.is_null() {
-        Err("creating the kernel failed".into())
-    } else {
-        Ok(kernel)
-    }
-}
-
-/// A thread's kernel handle (or why it could not be made), freed when the
-/// thread ends.
-struct Handle(std::result::Result<mlx_sys::mlx_fast_cuda_kernel, &'static str>);
-
-impl Handle {
-    fn new(kind: Kernel) -> Handle {
-        Handle(new_kernel(kind).map_err(|e| {
-            tracing::warn!(error = %e, kernel = kind.name(), "cuda gemv: creating the kernel failed");
-            "creating the kernel failed"
-        }))
-    }
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        if let Ok(kernel) = self.0 {
-            // SAFETY: created by `new_kernel`, freed once, here.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel) };
-        }
-    }
-}
-
 thread_local! {
-    static WARP_KERNEL: Handle = Handle::new(Kernel::Warp);
-    static MMA_KERNEL: Handle = Handle::new(Kernel::Mma);
+    // One handle per thread (the engine thread), created on first use. MLX
+    // caches the compiled module by name and template arguments.
+    static WARP_KERNEL: CudaKernel =
+        CudaKernel::new("hearth_gemv", &["x", "w", "dims"], &["y"], SOURCE, "");
+    static MMA_KERNEL: CudaKernel =
+        CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
 
     /// `[N, K]` of each matrix shape seen, kept on the device: one small
     /// array per shape instead of a host-to-device copy per call.
@@ -477,73 +420,32 @@ fn dims_array(n: i32, k: i32) -> Array {
 /// module per row count, all of them in [`enable`]'s self-check, instead of
 /// one per matrix shape and row count in the middle of serving (each an
 /// NVRTC compile of about a second: the stalls of bench/results/h200-2026-11-29-s3).
+/// The kernel reads `dims` = [N, K], `rows * K` elements of `x` and `N * K`
+/// of `w` and writes each of the `rows * N` outputs exactly once.
 fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
-    let fail = |what: &str| ModelError::Mlx(format!("cuda gemv: {what}"));
-    let dtype = w.dtype();
-    let c = |s: &str| CString::new(s).map_err(|_| fail("bad string"));
-    // One kernel handle per thread (the engine thread), created on first
-    // use: a handle per call cost host time on every one of the ~250
-    // matmuls of a decode step, which made a single stream 30% slower
-    // (run 2 of bench/results/h200-2026-11-29-s3). MLX caches the compiled
-    // module by name and template arguments.
-    let kernel = match kind {
-        Kernel::Warp => WARP_KERNEL.with(|k| k.0.map_err(fail))?,
-        Kernel::Mma => MMA_KERNEL.with(|k| k.0.map_err(fail))?,
-    };
-    let t = c("T")?;
-    let tr = c("ROWS")?;
     let dims = dims_array(n, k);
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: the config and vectors below are created here and freed before
-    // returning; the kernel reads `dims` = [N, K], `rows * K` elements of
-    // `x` and `N * K` of `w` (row-contiguous, ensured by MLX) and writes
-    // each of the `rows * N` outputs exactly once.
-    unsafe {
-        let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-        let shape = [rows, n];
-        let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
-        let mut status = 0;
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-            config,
-            shape.as_ptr(),
-            2,
-            dtype.into(),
-        );
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, blocks * WARPS * 32, 1, 1);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, WARPS * 32, 1, 1);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-            config,
-            t.as_ptr(),
-            dtype.into(),
-        );
-        status |=
-            mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config, tr.as_ptr(), rows);
-        let in_ptrs = [x.as_ptr(), w.as_ptr(), dims.as_ptr()];
-        let inputs = mlx_sys::mlx_vector_array_new_data(in_ptrs.as_ptr(), in_ptrs.len());
-        let mut outputs = mlx_sys::mlx_vector_array_new();
-        if status == 0 {
-            status = mlx_sys::mlx_fast_cuda_kernel_apply(
-                &mut outputs,
-                kernel,
-                inputs,
-                config,
-                stream.as_ptr(),
-            );
-        }
-        let mut result = None;
-        if status == 0 && mlx_sys::mlx_vector_array_size(outputs) == 1 {
-            let mut out = mlx_sys::mlx_array_new();
-            if mlx_sys::mlx_vector_array_get(&mut out, outputs, 0) == 0 {
-                result = Some(Array::from_ptr(out));
-            } else {
-                mlx_sys::mlx_array_free(out);
-            }
-        }
-        mlx_sys::mlx_vector_array_free(outputs);
-        mlx_sys::mlx_vector_array_free(inputs);
-        mlx_sys::mlx_fast_cuda_kernel_config_free(config);
-        result.ok_or_else(|| fail("launching the kernel"))
-    }
+    let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
+    let launch = LaunchDims {
+        grid: (blocks * WARPS * 32, 1, 1),
+        block: (WARPS * 32, 1, 1),
+    };
+    let template = [
+        ("T", TemplateArg::Dtype(w.dtype())),
+        ("ROWS", TemplateArg::Int(rows)),
+    ];
+    let run = |kernel: &CudaKernel| {
+        kernel.apply(
+            &[x, w, &dims],
+            &[(&[rows, n], w.dtype())],
+            launch,
+            &template,
+        )
+    };
+    let mut out = match kind {
+        Kernel::Warp => WARP_KERNEL.with(run),
+        Kernel::Mma => MMA_KERNEL.with(run),
+    }?;
+    Ok(out.remove(0))
 }
 
 /// Puts `routes` in force after checking each route's kernel against
@@ -586,27 +488,9 @@ fn self_check(kernel: Kernel, min: usize, max: usize) -> Result<f32> {
         for rows in min..=max {
             let x = mlx_rs::random::normal::<f32>(&[rows as i32, k], None, None, None)?
                 .as_dtype(dtype)?;
-            let ours = launch(kernel, &x, &w, rows as i32, n, k)?.as_dtype(Dtype::Float32)?;
-            let reference = x.matmul(w.t())?.as_dtype(Dtype::Float32)?;
-            let err = ours
-                .subtract(&reference)?
-                .abs()?
-                .max(None)?
-                .try_item_cast::<f32>()
-                .map_err(|e| ModelError::Mlx(e.to_string()))?;
-            let scale = reference
-                .abs()?
-                .max(None)?
-                .try_item_cast::<f32>()
-                .map_err(|e| ModelError::Mlx(e.to_string()))?
-                .max(1e-6);
-            // NaN (an unwritten output, say) must fail the check too.
-            let rel = err / scale;
-            worst = if rel.is_nan() {
-                f32::INFINITY
-            } else {
-                worst.max(rel)
-            };
+            let ours = launch(kernel, &x, &w, rows as i32, n, k)?;
+            let reference = x.matmul(w.t())?;
+            worst = worst.max(relative_error(&ours, &reference)?);
         }
     }
     Ok(worst)

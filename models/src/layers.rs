@@ -459,6 +459,31 @@ impl Rope {
     }
 }
 
+/// Scaled dot-product attention of `q: [B, heads, L, D]` over what
+/// [`CacheView::update_and_fetch`] returned: causal for a prompt chunk,
+/// nothing for one token, per-row lengths for a decode step whose rows
+/// differ (MLX's masked SDPA, or the CUDA kernel of [`crate::cuda_attn`]
+/// where it is in force, which reads the batch buffers in place).
+pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) -> Result<Array> {
+    if let Some((keys, values, lens, kv_len)) = cache.ragged_decode() {
+        if crate::cuda_attn::enabled_for(q.dim(3)) {
+            return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale);
+        }
+    }
+    Ok(match cache.mask() {
+        Some(mask) => fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?,
+        None if q.dim(2) > 1 => fast::scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            scale,
+            ScaledDotProductAttentionMask::Causal,
+            None,
+        )?,
+        None => fast::scaled_dot_product_attention(q, k, v, scale, None, None)?,
+    })
+}
+
 /// Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm.
 #[derive(Debug)]
 pub struct Attention {
@@ -525,19 +550,7 @@ impl Attention {
             )
         };
         let (k, v) = cache.update_and_fetch(&k, &v)?;
-
-        let out = match cache.mask() {
-            Some(mask) => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?,
-            None if l > 1 => fast::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                self.scale,
-                ScaledDotProductAttentionMask::Causal,
-                None,
-            )?,
-            None => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, None, None)?,
-        };
+        let out = attend(&q, &k, &v, self.scale, cache)?;
         let out =
             out.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, l, self.n_heads * self.head_dim])?;

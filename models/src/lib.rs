@@ -13,7 +13,9 @@
 pub mod cache;
 pub mod chat_template;
 pub mod config;
+pub mod cuda_attn;
 pub mod cuda_gemv;
+mod cuda_kernel;
 pub mod deltanet;
 pub mod detokenizer;
 pub mod error;

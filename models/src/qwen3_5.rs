@@ -10,12 +10,7 @@
 //! `[C, 1, K]` and norm weights stored as offsets from 1) and flat
 //! (`model.*`). Vision tower and multi-token-prediction weights are ignored.
 
-use mlx_rs::{
-    fast::{self, ScaledDotProductAttentionMask},
-    nn,
-    ops::indexing::IndexOp,
-    Array,
-};
+use mlx_rs::{nn, ops::indexing::IndexOp, Array};
 
 use crate::{
     cache::{CacheView, KvCache},
@@ -90,18 +85,7 @@ impl GatedAttention {
             )
         };
         let (k, v) = cache.update_and_fetch(&k, &v)?;
-        let out = match cache.mask() {
-            Some(mask) => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?,
-            None if l > 1 => fast::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                self.scale,
-                ScaledDotProductAttentionMask::Causal,
-                None,
-            )?,
-            None => fast::scaled_dot_product_attention(&q, &k, &v, self.scale, None, None)?,
-        };
+        let out = crate::layers::attend(&q, &k, &v, self.scale, cache)?;
         let out = out
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[b, l, self.n_heads * hd])?;

@@ -55,7 +55,7 @@ pub(super) fn start(
                     return;
                 }
             };
-            crate::device::enable_cuda_gemv();
+            crate::device::enable_cuda_kernels();
             let eos_token_ids = loaded.eos_token_ids();
             let model = loaded.model;
             let config_m = model.config.clone();

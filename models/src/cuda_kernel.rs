@@ -1,0 +1,208 @@
+//! Custom CUDA kernels through mlx-c's `mlx_fast_cuda_kernel` API: MLX
+//! JIT-compiles the source (NVRTC) on first use per template arguments and
+//! caches the module, and the kernel runs as a node of the lazy graph like
+//! any MLX op. [`crate::cuda_gemv`] and [`crate::cuda_attn`] are built on
+//! this; nothing here runs unless one of them was enabled on a CUDA device.
+
+use std::ffi::CString;
+
+use mlx_rs::{Array, Dtype, Stream};
+
+use crate::error::{ModelError, Result};
+
+/// A compiled-on-demand kernel (or why it could not be made), freed on drop.
+/// Keep one per thread (`thread_local!`): making one per call costs host
+/// time on every call (run 2 of bench/results/h200-2026-11-29-s3).
+pub(crate) struct CudaKernel {
+    name: &'static str,
+    handle: std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String>,
+}
+
+/// A compile-time constant of the kernel source (`using T = ...;` or
+/// `constexpr int NAME = ...;`).
+#[derive(Clone, Copy)]
+pub(crate) enum TemplateArg {
+    Dtype(Dtype),
+    Int(i32),
+}
+
+/// Grid and block sizes in threads (MLX divides the grid by the block).
+#[derive(Clone, Copy)]
+pub(crate) struct LaunchDims {
+    pub grid: (i32, i32, i32),
+    pub block: (i32, i32, i32),
+}
+
+impl CudaKernel {
+    /// `source` is the kernel body; MLX writes the signature from the input
+    /// and output names (`const T* name` each) and the template arguments.
+    /// `header` holds device functions placed before it.
+    pub fn new(
+        name: &'static str,
+        inputs: &[&str],
+        outputs: &[&str],
+        source: &str,
+        header: &str,
+    ) -> CudaKernel {
+        let handle = make(name, inputs, outputs, source, header);
+        if let Err(e) = &handle {
+            tracing::warn!(error = %e, kernel = name, "cuda kernel: creating it failed");
+        }
+        CudaKernel { name, handle }
+    }
+
+    /// Adds the kernel to the graph on this thread's stream: `inputs` in the
+    /// order of [`CudaKernel::new`]'s names (made row-contiguous by MLX),
+    /// one output per `(shape, dtype)`.
+    pub fn apply(
+        &self,
+        inputs: &[&Array],
+        outputs: &[(&[i32], Dtype)],
+        dims: LaunchDims,
+        template: &[(&str, TemplateArg)],
+    ) -> Result<Vec<Array>> {
+        let fail = |what: &str| ModelError::Mlx(format!("cuda kernel {}: {what}", self.name));
+        let kernel = *self.handle.as_ref().map_err(|e| fail(e))?;
+        let names: Vec<CString> = template
+            .iter()
+            .map(|(n, _)| CString::new(*n).map_err(|_| fail("bad template name")))
+            .collect::<Result<_>>()?;
+        let stream = Stream::thread_local_or_default();
+        // SAFETY: the config and vectors are created here and freed before
+        // returning; the arrays and names outlive the calls that read them
+        // (mlx-c copies what it keeps). What the kernel reads and writes is
+        // the caller's contract with its source.
+        unsafe {
+            let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
+            let mut status = 0;
+            for (shape, dtype) in outputs {
+                status |= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                    config,
+                    shape.as_ptr(),
+                    shape.len(),
+                    (*dtype).into(),
+                );
+            }
+            let (g, b) = (dims.grid, dims.block);
+            status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, g.0, g.1, g.2);
+            status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, b.0, b.1, b.2);
+            for ((_, arg), name) in template.iter().zip(&names) {
+                status |= match *arg {
+                    TemplateArg::Dtype(d) => {
+                        mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+                            config,
+                            name.as_ptr(),
+                            d.into(),
+                        )
+                    }
+                    TemplateArg::Int(v) => {
+                        mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
+                            config,
+                            name.as_ptr(),
+                            v,
+                        )
+                    }
+                };
+            }
+            let in_ptrs: Vec<_> = inputs.iter().map(|a| a.as_ptr()).collect();
+            let in_vec = mlx_sys::mlx_vector_array_new_data(in_ptrs.as_ptr(), in_ptrs.len());
+            let mut out_vec = mlx_sys::mlx_vector_array_new();
+            if status == 0 {
+                status = mlx_sys::mlx_fast_cuda_kernel_apply(
+                    &mut out_vec,
+                    kernel,
+                    in_vec,
+                    config,
+                    stream.as_ptr(),
+                );
+            }
+            let mut result = Vec::new();
+            if status == 0 && mlx_sys::mlx_vector_array_size(out_vec) == outputs.len() {
+                for i in 0..outputs.len() {
+                    let mut out = mlx_sys::mlx_array_new();
+                    if mlx_sys::mlx_vector_array_get(&mut out, out_vec, i) == 0 {
+                        result.push(Array::from_ptr(out));
+                    } else {
+                        mlx_sys::mlx_array_free(out);
+                        status = 1;
+                        break;
+                    }
+                }
+            }
+            mlx_sys::mlx_vector_array_free(out_vec);
+            mlx_sys::mlx_vector_array_free(in_vec);
+            mlx_sys::mlx_fast_cuda_kernel_config_free(config);
+            if status != 0 || result.len() != outputs.len() {
+                return Err(fail("launching it failed"));
+            }
+            Ok(result)
+        }
+    }
+}
+
+impl Drop for CudaKernel {
+    fn drop(&mut self) {
+        if let Ok(kernel) = self.handle {
+            // SAFETY: created by `make`, freed once, here.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel) };
+        }
+    }
+}
+
+fn make(
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: &str,
+    header: &str,
+) -> std::result::Result<mlx_sys::mlx_fast_cuda_kernel, String> {
+    let c = |s: &str| CString::new(s).map_err(|_| "bad string".to_string());
+    let names = |v: &[&str]| -> std::result::Result<mlx_sys::mlx_vector_string, String> {
+        let owned: Vec<CString> = v
+            .iter()
+            .map(|s| c(s))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut ptrs: Vec<*const std::os::raw::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        // SAFETY: mlx-c copies the strings; `owned` outlives the call.
+        Ok(unsafe { mlx_sys::mlx_vector_string_new_data(ptrs.as_mut_ptr(), ptrs.len()) })
+    };
+    let (name, source, header) = (c(name)?, c(source)?, c(header)?);
+    let inputs = names(inputs)?;
+    let outputs = names(outputs)?;
+    // SAFETY: plain constructor call with valid C strings and vectors, which
+    // are freed right after (mlx-c copies them).
+    let kernel = unsafe {
+        let k = mlx_sys::mlx_fast_cuda_kernel_new(
+            name.as_ptr(),
+            inputs,
+            outputs,
+            source.as_ptr(),
+            header.as_ptr(),
+            true,
+            0,
+        );
+        mlx_sys::mlx_vector_string_free(inputs);
+        mlx_sys::mlx_vector_string_free(outputs);
+        k
+    };
+    if kernel.ctx.is_null() {
+        Err("creating the kernel failed".into())
+    } else {
+        Ok(kernel)
+    }
+}
+
+/// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
+/// the self-checks of the kernels against MLX's own ops.
+pub(crate) fn relative_error(ours: &Array, reference: &Array) -> Result<f32> {
+    let item = |a: Array| -> Result<f32> {
+        a.try_item_cast::<f32>()
+            .map_err(|e| ModelError::Mlx(e.to_string()))
+    };
+    let ours = ours.as_dtype(Dtype::Float32)?;
+    let reference = reference.as_dtype(Dtype::Float32)?;
+    let err = item(ours.subtract(&reference)?.abs()?.max(None)?)?;
+    let scale = item(reference.abs()?.max(None)?)?.max(1e-6);
+    let rel = err / scale;
+    Ok(if rel.is_nan() { f32::INFINITY } else { rel })
+}
