@@ -86,6 +86,27 @@ enum DevCommand {
     /// On a CUDA device: check the one-token attention kernel for rows of
     /// different lengths against MLX's masked SDPA and time both.
     AttnBench,
+    /// Time batched decode steps in-process by row count (no scheduler,
+    /// sampling or HTTP): the model's own step-time scaling.
+    DecodeBench {
+        #[arg(long)]
+        model: PathBuf,
+        /// Row counts to time (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        rows: Vec<usize>,
+        /// Prompt length of row 0.
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        /// Extra prompt tokens per row (rows at different positions); 0: one length.
+        #[arg(long, default_value_t = 9)]
+        stagger: usize,
+        /// Timed steps per row count and round.
+        #[arg(long, default_value_t = 16)]
+        steps: usize,
+        /// Rounds over all row counts after a warm-up round.
+        #[arg(long, default_value_t = 4)]
+        rounds: usize,
+    },
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
     StepOps {
@@ -220,6 +241,23 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Dev(DevCommand::GemvBench) => gemv_bench(),
         Command::Dev(DevCommand::AttnBench) => attn_bench(),
+        Command::Dev(DevCommand::DecodeBench {
+            model,
+            rows,
+            prompt_tokens,
+            stagger,
+            steps,
+            rounds,
+        }) => hearth::tools::decode_bench::run(
+            &model,
+            &hearth::tools::decode_bench::Options {
+                rows,
+                prompt_tokens,
+                stagger,
+                steps,
+                rounds,
+            },
+        ),
         Command::Dev(DevCommand::StepOps {
             model,
             prompt_tokens,
@@ -241,24 +279,27 @@ fn need_cuda(what: &str) -> Result<()> {
 fn attn_bench() -> Result<()> {
     use hearth_models::cuda_attn;
     need_cuda("attn-bench")?;
-    match cuda_attn::enable(cuda_attn::DEFAULT_TARGET_BLOCKS) {
-        Ok(err) => println!("attention kernel: self-check passed, max relative error {err:.2e}"),
-        Err(e) => bail!("attention kernel: {e}"),
+    for d in cuda_attn::HEAD_DIMS {
+        for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float16] {
+            match cuda_attn::check(d, dtype) {
+                Ok(err) => println!(
+                    "attention kernel, heads of {d} in {dtype:?}: self-check passed, max relative error {err:.2e}"
+                ),
+                Err(e) => bail!("attention kernel, heads of {d} in {dtype:?}: {e}"),
+            }
+        }
     }
-    let targets = [
-        0,
-        cuda_attn::DEFAULT_TARGET_BLOCKS,
-        4 * cuda_attn::DEFAULT_TARGET_BLOCKS,
-    ];
+    // Fewest chunks (the default), then two and eight blocks per SM of 132.
+    let targets = [0, 264, 1056];
     // Qwen3-8B's attention (32 query heads, 8 key/value heads of 128), then
     // the Qwen3.5-MoE's (16 of 256 over 2).
     println!(
-        "| heads | rows | kv_len | MLX masked µs | MLX unmasked µs | ours (fewest chunks) µs | ours (target {}) µs | ours (target {}) µs |",
+        "| heads | rows | kv_len | MLX masked µs | MLX unmasked µs | ours, one length µs | ours µs | ours (target {}) µs | ours (target {}) µs |",
         targets[1], targets[2]
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (heads, kv_heads, dim) in [(32, 8, 128), (16, 2, 256)] {
-        for rows in [2, 4, 8, 16] {
+        for rows in [1, 2, 4, 8, 16] {
             for kv_len in [256, 1024, 4096, 16384] {
                 let t = cuda_attn::time(rows, heads, kv_heads, dim, kv_len, 200, &targets)?;
                 let cells: Vec<String> = t.iter().map(|v| format!("{v:.1}")).collect();

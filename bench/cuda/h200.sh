@@ -8,7 +8,9 @@
 #   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
 #      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS,
 #      H200_VARIANTS="name:ENV=V,ENV=V;..." Hearth servers measured side by side;
-#      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32)
+#      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32;
+#      H200_DECODE_MODELS / H200_DECODE_BENCH: in-process decode-bench per model
+#      and variant; H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0 skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
 #      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
 # Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
@@ -111,8 +113,10 @@ EOF
   # Hearth's small-batch GEMV kernel against MLX's matmul (self-check + timings).
   [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true; }
   stamp "gemv bench done"
-  # The one-token attention kernel against MLX's masked SDPA (self-check + timings).
-  [[ ${H200_ATTN_BENCH:-1} == 1 ]] && { timeout 120 $H dev attn-bench 2>&1 | tee "$OUT/attn.md" || true; }
+  # In-process timings (one file: at most 8 come back): the one-token
+  # attention kernel against MLX's SDPA, then per model the decode step by
+  # row count without the server (H200_DECODE_BENCH="name:ENV=V;..." variants).
+  [[ ${H200_ATTN_BENCH:-1} == 1 ]] && { timeout 120 $H dev attn-bench 2>&1 | tee "$OUT/inproc.md" || true; }
   stamp "attn bench done"
   # Models: "name:arch:shape[:tokenizer-dir]" separated by ';' (H200_MODELS).
   IFS=';' read -ra specs <<< "${H200_MODELS:-dense:qwen3:qwen3-8b}"
@@ -122,6 +126,16 @@ EOF
     $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
         --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name"
     stamp "$name: dummy model written"
+    if [[ ",${H200_DECODE_MODELS:-dense}," == *",$name,"* ]]; then
+      IFS=';' read -ra dvariants <<< "${H200_DECODE_BENCH:-hearth:;noattn:HEARTH_CUDA_ATTN=off}"
+      for dv in "${dvariants[@]}"; do
+        variant "$dv"
+        echo "### decode-bench $name $vname" | tee -a "$OUT/inproc.md"
+        env "${envs[@]}" timeout 150 $H dev decode-bench --model "/tmp/$name" 2>/dev/null \
+          | tee -a "$OUT/inproc.md" || echo "decode-bench exit $?"
+      done
+      stamp "$name: decode bench done"
+    fi
     # Hearth variants ("name:ENV=VAL,ENV=VAL;..."), each its own server, all
     # measured alternately with mlx_lm.server in one bench run.
     IFS=';' read -ra variants <<< "${H200_VARIANTS:-hearth:}"
@@ -191,7 +205,7 @@ EOF
     # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE):
     # one file for all models, so two models' runs stay within 8 files.
     python3 bench/cuda/trace_summary.py /tmp/trace-$name-*.tsv | tee -a "$OUT/trace-summary.txt"
-    grep -h -i "kernel" /tmp/hearth-serve-$name-*.log | cut -c1-300 || true
+    grep -H -i "kernel" /tmp/hearth-serve-$name-*.log | cut -c1-300 || true
     tail -n 5 /tmp/hearth-serve-$name-*.log
     grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
   done

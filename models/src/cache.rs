@@ -204,14 +204,14 @@ impl CacheView<'_> {
         }
     }
 
-    /// For a decode step whose rows have different lengths, after
-    /// [`CacheView::update_and_fetch`]: the whole key and value buffers
-    /// (`[rows, kv_heads, capacity, head_dim]`), each row's length and the
-    /// longest, for attention that takes lengths instead of a mask.
-    pub fn ragged_decode(&self) -> Option<(&Array, &Array, &Array, usize)> {
+    /// For a decode step, after [`CacheView::update_and_fetch`]: the whole
+    /// key and value buffers (`[rows, kv_heads, capacity, head_dim]`), each
+    /// row's length and the longest, for attention that takes lengths
+    /// instead of a mask.
+    pub fn decode_lengths(&self) -> Option<(&Array, &Array, &Array, usize)> {
         match self {
-            CacheView::Decode { kv, step } => match (&kv.keys, &kv.values, &step.lens) {
-                (Some(k), Some(v), Some(lens)) => Some((k, v, lens, step.kv_len)),
+            CacheView::Decode { kv, step } => match (&kv.keys, &kv.values) {
+                (Some(k), Some(v)) => Some((k, v, &step.lens, step.kv_len)),
                 _ => None,
             },
             _ => None,
@@ -320,10 +320,10 @@ pub struct DecodeStep {
     /// SDPA has a fused one-token kernel only without an array mask (with
     /// one it falls back to separate matmul, softmax and mask ops).
     mask: Option<Array>,
-    /// Each row's length after this step (`positions + 1`, `[n]` int32),
-    /// with the mask: what the CUDA one-token attention kernel takes
-    /// instead of it (models/src/cuda_attn.rs).
-    lens: Option<Array>,
+    /// Each row's length after this step (`positions + 1`, `[n]` int32):
+    /// what the CUDA one-token attention kernel takes instead of a mask
+    /// (models/src/cuda_attn.rs).
+    lens: Array,
     /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
     flat_index: Array,
     kv_len: usize,
@@ -338,19 +338,17 @@ impl DecodeStep {
         let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
         debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
         let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let (mask, lens) = if positions.iter().all(|&p| p + 1 == kv_len) {
-            (None, None)
+        let mask = if positions.iter().all(|&p| p + 1 == kv_len) {
+            None
         } else {
             let mut mask = vec![false; n * kv_len];
             for (i, &p) in positions.iter().enumerate() {
                 mask[i * kv_len..i * kv_len + p + 1].fill(true);
             }
-            let lens: Vec<i32> = positions.iter().map(|&p| p as i32 + 1).collect();
-            (
-                Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32])),
-                Some(Array::from_slice(&lens, &[n as i32])),
-            )
+            Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]))
         };
+        let lens: Vec<i32> = positions.iter().map(|&p| p as i32 + 1).collect();
+        let lens = Array::from_slice(&lens, &[n as i32]);
         let mut flat = Vec::with_capacity(n * kv_heads);
         for (i, &p) in positions.iter().enumerate() {
             for h in 0..kv_heads {
@@ -647,8 +645,10 @@ mod tests {
         };
         // One row, or rows at one position: every row sees all of 0..kv_len.
         for uniform in [vec![7], vec![5, 5, 5]] {
-            let step = DecodeStep::new(shape, 2, uniform);
-            assert!(step.mask.is_none() && step.lens.is_none());
+            let step = DecodeStep::new(shape, 2, uniform.clone());
+            assert!(step.mask.is_none());
+            let lens: Vec<i32> = uniform.iter().map(|&p| p as i32 + 1).collect();
+            assert_eq!(step.lens.as_slice::<i32>(), &lens[..]);
         }
         // Different positions: row i sees 0..=positions[i] and no more.
         let step = DecodeStep::new(shape, 2, vec![2, 0, 3]);
@@ -662,8 +662,7 @@ mod tests {
             true, true, true, true,
         ]);
         // The same rule as lengths, for the CUDA kernel that takes them.
-        let lens = step.lens.as_ref().expect("lengths");
-        assert_eq!(lens.as_slice::<i32>(), &[3, 1, 4]);
+        assert_eq!(step.lens.as_slice::<i32>(), &[3, 1, 4]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! One-token attention over rows of different lengths, for MLX's CUDA
-//! backend.
+//! backend: every batched decode step's attention where it is in force.
 //!
 //! A batched decode step has one query token per row, and the rows (running
 //! sequences) are at different positions. MLX 0.32's CUDA SDPA has fused
@@ -9,6 +9,8 @@
 //! layer (docs/cuda.md). This kernel takes each row's length instead of a
 //! mask and reads the rows' keys and values straight from the batch buffers
 //! (`[rows, kv_heads, capacity, head_dim]`, see [`crate::cache::BatchKv`]).
+//! On the H200 it also beat MLX's unmasked kernels (cuDNN's) for rows of one
+//! length, so it takes those steps too (bench/results/h200-2026-12-01-s6.md).
 //!
 //! One thread block per (row, query head, chunk of keys): `head_dim / 8`
 //! threads share a key (16-byte loads, f32 accumulation), scores go to shared
@@ -19,8 +21,11 @@
 //! scheme of flash decoding). Grouped-query heads read their shared key/value
 //! head, which the L2 serves after the first.
 //!
-//! Used only after [`enable`] checked it against MLX's masked SDPA on this
-//! device (`HEARTH_CUDA_ATTN`, docs/cuda.md).
+//! In force after [`enable`] (`HEARTH_CUDA_ATTN`, docs/cuda.md), for each
+//! head size and element type only once it has passed a check against
+//! MLX's masked SDPA on this device: at the first decode step that needs it
+//! (compiling just the modules the model uses, a few seconds, instead of
+//! every variant at start-up).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -45,9 +50,11 @@ pub const HEAD_DIMS: [i32; 3] = [64, 128, 256];
 /// 0: off; otherwise 1 + the number of blocks a step aims for (see [`split`]).
 static STATE: AtomicUsize = AtomicUsize::new(0);
 
-/// The blocks a step aims for unless told otherwise: two per SM of an H100
-/// or H200 (132 SMs).
-pub const DEFAULT_TARGET_BLOCKS: usize = 264;
+/// The blocks a step aims for unless told otherwise: 0, as few chunks of
+/// keys as [`MAX_CHUNK`] allows. On the H200 a second kernel to combine
+/// chunks cost more than the parallelism it bought below a few thousand
+/// keys (bench/results/h200-2026-12-01-s6.md); long rows split anyway.
+pub const DEFAULT_TARGET_BLOCKS: usize = 0;
 
 const HEADER: &str = r#"
 template <typename T, int D, bool PARTIAL>
@@ -244,9 +251,43 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// Whether [`decode`] is in force for heads of `head_dim`.
-pub fn enabled_for(head_dim: i32) -> bool {
-    STATE.load(Ordering::Relaxed) != 0 && HEAD_DIMS.contains(&head_dim)
+thread_local! {
+    /// Head size and element type → whether the kernel passed its check.
+    static CHECKED: std::cell::RefCell<Vec<((i32, Dtype), bool)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether [`decode`] is in force for heads of `head_dim` in `dtype`: the
+/// kernel is enabled, takes them, and passed [`check`] for them (run here
+/// on first use; a failure is logged once and leaves MLX's SDPA).
+pub fn usable(head_dim: i32, dtype: Dtype) -> bool {
+    if STATE.load(Ordering::Relaxed) == 0
+        || !HEAD_DIMS.contains(&head_dim)
+        || !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+    {
+        return false;
+    }
+    let key = (head_dim, dtype);
+    if let Some(ok) = CHECKED.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1)) {
+        return ok;
+    }
+    let ok = match check(head_dim, dtype) {
+        Ok(err) => {
+            tracing::info!(
+                head_dim,
+                ?dtype,
+                max_rel_error = err,
+                "one-token attention kernel on"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(head_dim, ?dtype, error = %e, "one-token attention kernel off");
+            false
+        }
+    };
+    CHECKED.with(|c| c.borrow_mut().push((key, ok)));
+    ok
 }
 
 /// The blocks a step aims for, while the kernel is in force.
@@ -366,27 +407,33 @@ fn run(
 }
 
 /// Puts the kernel in force, aiming at `target_blocks` blocks per step (0:
-/// fewest chunks), after checking it against MLX's masked SDPA on this
-/// device for every head size, both 16-bit types, one and several chunks
-/// (which also compiles every module, so none compiles mid-serving).
-/// Returns the largest relative error seen. Call only on a CUDA device.
-pub fn enable(target_blocks: usize) -> std::result::Result<f32, String> {
-    let err = self_check().map_err(|e| e.to_string())?;
+/// fewest chunks); each head size and type is checked on first use (see
+/// [`usable`]). Call only on a CUDA device.
+pub fn enable(target_blocks: usize) {
+    STATE.store(target_blocks.saturating_add(1), Ordering::Relaxed);
+}
+
+/// Turns the kernel off: MLX's SDPA for every decode step.
+pub fn disable() {
+    STATE.store(0, Ordering::Relaxed);
+}
+
+/// Checks the kernel for heads of `head_dim` in `dtype` against MLX's
+/// masked SDPA on this device, with one chunk per row and with many (which
+/// also compiles the three modules those need); returns the largest
+/// relative error, or why it failed.
+pub fn check(head_dim: i32, dtype: Dtype) -> std::result::Result<f32, String> {
+    let err = self_check(head_dim, dtype).map_err(|e| e.to_string())?;
     if err > 2e-2 {
         return Err(format!(
             "self-check failed: relative error {err} against MLX's masked SDPA"
         ));
     }
-    STATE.store(target_blocks.saturating_add(1), Ordering::Relaxed);
     Ok(err)
 }
 
-/// Turns the kernel off: MLX's masked SDPA for rows of different lengths.
-pub fn disable() {
-    STATE.store(0, Ordering::Relaxed);
-}
-
-fn self_check() -> Result<f32> {
+fn self_check(d: i32, dtype: Dtype) -> Result<f32> {
+    use mlx_rs::ops::indexing::IndexOp;
     let (rows, hq, hkv, cap) = (4, 8, 2, 600);
     let lens = [1, 300, 537];
     let n = lens.len() as i32;
@@ -397,26 +444,21 @@ fn self_check() -> Result<f32> {
         mask[i * kv_len..i * kv_len + l as usize].fill(true);
     }
     let mask = Array::from_slice(&mask, &[n, 1, 1, kv_len as i32]);
+    let rand = |shape: &[i32]| -> Result<Array> {
+        Ok(mlx_rs::random::normal::<f32>(shape, None, None, None)?.as_dtype(dtype)?)
+    };
+    let q = rand(&[n, hq, 1, d])?;
+    let k = rand(&[rows, hkv, cap, d])?;
+    let v = rand(&[rows, hkv, cap, d])?;
+    let scale = (d as f32).powf(-0.5);
+    let len = kv_len as i32;
+    let (ks, vs) = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
+    let reference = fast::scaled_dot_product_attention(&q, &ks, &vs, scale, &mask, None)?;
     let mut worst = 0.0f32;
-    for d in HEAD_DIMS {
-        for dtype in [Dtype::Bfloat16, Dtype::Float16] {
-            let rand = |shape: &[i32]| -> Result<Array> {
-                Ok(mlx_rs::random::normal::<f32>(shape, None, None, None)?.as_dtype(dtype)?)
-            };
-            let q = rand(&[n, hq, 1, d])?;
-            let k = rand(&[rows, hkv, cap, d])?;
-            let v = rand(&[rows, hkv, cap, d])?;
-            let scale = (d as f32).powf(-0.5);
-            use mlx_rs::ops::indexing::IndexOp;
-            let len = kv_len as i32;
-            let (ks, vs) = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
-            let reference = fast::scaled_dot_product_attention(&q, &ks, &vs, scale, &mask, None)?;
-            // One chunk per row (target 0) and many (64-key chunks).
-            for target in [0, 100_000] {
-                let ours = run(&q, &k, &v, &lens_arr, kv_len, scale, target)?;
-                worst = worst.max(relative_error(&ours, &reference)?);
-            }
-        }
+    // One chunk per row (target 0) and many (64-key chunks).
+    for target in [0, 100_000] {
+        let ours = run(&q, &k, &v, &lens_arr, kv_len, scale, target)?;
+        worst = worst.max(relative_error(&ours, &reference)?);
     }
     Ok(worst)
 }
@@ -425,8 +467,9 @@ fn self_check() -> Result<f32> {
 /// lengths spread evenly over `kv_len / 2 ..= kv_len` (`heads` query heads,
 /// `kv_heads` key/value heads of `head_dim`, bf16, in buffers of `n + 1`
 /// rows): MLX's SDPA with the mask, MLX's SDPA without one (every row at
-/// `kv_len`: what a batch of one length gets), and this kernel aiming at
-/// each of `targets` blocks. `reps` calls queued back to back, one sync.
+/// `kv_len`: what a batch of one length gets), this kernel with every row
+/// at `kv_len` (fewest chunks), and this kernel aiming at each of `targets`
+/// blocks. `reps` calls queued back to back, one sync.
 pub fn time(
     n: i32,
     heads: i32,
@@ -454,11 +497,12 @@ pub fn time(
     }
     let mask = Array::from_slice(&mask, &[n, 1, 1, kv_len]);
     let lens = Array::from_slice(&lens, &[n]);
+    let full = Array::from_slice(&vec![kv_len; n as usize], &[n]);
     let (ks, vs) = (
         k.index((..n, .., ..kv_len, ..)),
         v.index((..n, .., ..kv_len, ..)),
     );
-    for a in [&q, &k, &v, &mask, &lens] {
+    for a in [&q, &k, &v, &mask, &lens, &full] {
         a.eval()?;
     }
     let scale = (head_dim as f32).powf(-0.5);
@@ -501,6 +545,7 @@ mod tests {
     fn split_aims_at_the_target_in_64_key_chunks() {
         // Fewest chunks: one up to MAX_CHUNK keys, then MAX_CHUNK each.
         assert_eq!(split(64, 384, 0), (384, 1));
+        assert_eq!(split(64, 384, DEFAULT_TARGET_BLOCKS), (384, 1));
         assert_eq!(split(64, 1, 0), (64, 1));
         assert_eq!(split(64, 5000, 0), (1024, 5));
         // 2 rows x 32 heads aiming at 264 blocks: 5 chunks wanted, 77 keys
@@ -522,9 +567,9 @@ mod tests {
     #[test]
     fn off_until_enabled() {
         // No CUDA device in the tests: nothing enables it, so the engine's
-        // decode steps keep MLX's masked SDPA (and the CPU parity tests
-        // cover that path).
-        assert!(!enabled_for(128));
+        // decode steps keep MLX's SDPA (and the CPU parity tests cover that
+        // path).
+        assert!(!usable(128, Dtype::Bfloat16));
         assert_eq!(target_blocks(), None);
     }
 }

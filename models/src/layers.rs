@@ -461,12 +461,14 @@ impl Rope {
 
 /// Scaled dot-product attention of `q: [B, heads, L, D]` over what
 /// [`CacheView::update_and_fetch`] returned: causal for a prompt chunk,
-/// nothing for one token, per-row lengths for a decode step whose rows
-/// differ (MLX's masked SDPA, or the CUDA kernel of [`crate::cuda_attn`]
-/// where it is in force, which reads the batch buffers in place).
+/// nothing for one token, a mask for a decode step whose rows differ in
+/// length. Where the CUDA kernel of [`crate::cuda_attn`] is in force it
+/// takes every decode step instead: it reads the batch buffers in place
+/// with each row's length, and beats MLX's unmasked kernels too
+/// (bench/results/h200-2026-12-01-s6.md).
 pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) -> Result<Array> {
-    if let Some((keys, values, lens, kv_len)) = cache.ragged_decode() {
-        if crate::cuda_attn::enabled_for(q.dim(3)) {
+    if let Some((keys, values, lens, kv_len)) = cache.decode_lengths() {
+        if crate::cuda_attn::usable(q.dim(3), q.dtype()) {
             return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale);
         }
     }

@@ -1,5 +1,6 @@
 //! Model tools behind `hearth convert` and `hearth dev`.
 
 pub mod convert;
+pub mod decode_bench;
 pub mod dummy;
 pub mod step_ops;

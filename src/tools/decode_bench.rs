@@ -1,0 +1,174 @@
+//! `hearth dev decode-bench`: how a batched decode step's time grows with
+//! its rows, in-process, with no scheduler, sampling or HTTP around it.
+//!
+//! For each row count it prefills that many rows of one batch at staggered
+//! lengths (rows of one batch are at different positions, as in serving),
+//! then times decode steps: the host time to build the step's graph
+//! (`Model::forward` plus a greedy pick of each row's next token) and the
+//! whole step up to its tokens read back. Row counts take turns in rounds,
+//! so a machine's drift reaches all of them alike. Comparing these with the
+//! server's step trace (`HEARTH_STEP_TRACE`) separates the model's step
+//! from what the engine loop adds around it.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hearth_models::{BatchKv, BatchShape, CacheView, DecodeStep};
+use mlx_rs::{ops::indexing::argmax_axis, Array};
+
+/// Options of one run.
+pub struct Options {
+    pub rows: Vec<usize>,
+    /// Prompt length of row 0; row `i` gets `stagger * i` more.
+    pub prompt_tokens: usize,
+    pub stagger: usize,
+    /// Timed steps per row count and round.
+    pub steps: usize,
+    pub rounds: usize,
+}
+
+struct Batch {
+    rows: usize,
+    kv: Vec<BatchKv>,
+    shape: BatchShape,
+    positions: Vec<usize>,
+    tokens: Vec<i32>,
+    build_us: Vec<f64>,
+    step_us: Vec<f64>,
+}
+
+/// Prints a Markdown table: per row count, p50 step and graph-build times.
+pub fn run(model: &Path, opts: &Options) -> Result<()> {
+    let loaded =
+        hearth_models::load(model).with_context(|| format!("loading {}", model.display()))?;
+    crate::device::enable_cuda_kernels();
+    let m = &loaded.model;
+    let kv_heads = m.config.num_key_value_heads;
+    let vocab = m.config.vocab_size as i32;
+    let longest = opts.prompt_tokens
+        + opts.stagger * opts.rows.iter().max().copied().unwrap_or(1)
+        + opts.steps * (opts.rounds + 1)
+        + 8;
+    let mut batches = Vec::new();
+    for &rows in &opts.rows {
+        let shape = BatchShape {
+            rows,
+            capacity: longest.div_ceil(256) * 256,
+        };
+        let mut kv: Vec<BatchKv> = (0..m.num_layers()).map(|_| BatchKv::new()).collect();
+        let mut positions = Vec::with_capacity(rows);
+        for row in 0..rows {
+            let len = opts.prompt_tokens + opts.stagger * row;
+            let ids: Vec<i32> = (0..len)
+                .map(|i| ((i * 7 + row) as i32 % vocab).max(1))
+                .collect();
+            let mut start = 0;
+            while start < len {
+                let end = (start + 512).min(len);
+                let chunk = Array::from_slice(&ids[start..end], &[1, (end - start) as i32]);
+                let mut views: Vec<CacheView> = kv
+                    .iter_mut()
+                    .map(|kv| CacheView::Prefill {
+                        kv,
+                        row,
+                        start,
+                        shape,
+                    })
+                    .collect();
+                let logits = m.forward(&chunk, &mut views, true)?;
+                drop(views);
+                let mut done: Vec<&Array> = kv.iter().flat_map(BatchKv::arrays).collect();
+                done.push(&logits);
+                mlx_rs::transforms::eval(done)?;
+                start = end;
+            }
+            positions.push(len);
+        }
+        batches.push(Batch {
+            rows,
+            kv,
+            shape,
+            positions,
+            tokens: vec![1; rows],
+            build_us: Vec::new(),
+            step_us: Vec::new(),
+        });
+    }
+    // Round 0 warms up (kernel compiles, allocator); the rest are timed.
+    for round in 0..=opts.rounds {
+        for b in &mut batches {
+            for _ in 0..opts.steps {
+                let started = Instant::now();
+                let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
+                let ids = Array::from_slice(&b.tokens, &[b.rows as i32, 1]);
+                let mut views: Vec<CacheView> =
+                    b.kv.iter_mut()
+                        .map(|kv| CacheView::Decode { kv, step: &step })
+                        .collect();
+                let logits = m.forward(&ids, &mut views, true)?;
+                drop(views);
+                let next = argmax_axis(logits.reshape(&[b.rows as i32, -1])?, -1, false)?;
+                let built = started.elapsed();
+                next.eval()?;
+                let picked: Vec<i32> = next.as_type::<i32>()?.as_slice::<i32>().to_vec();
+                let total = started.elapsed();
+                if round > 0 {
+                    b.build_us.push(built.as_secs_f64() * 1e6);
+                    b.step_us.push(total.as_secs_f64() * 1e6);
+                }
+                b.tokens = picked.into_iter().map(|t| t.max(1)).collect();
+                for p in &mut b.positions {
+                    *p += 1;
+                }
+            }
+        }
+    }
+    let base = batches
+        .first()
+        .map(|b| median(&b.step_us))
+        .unwrap_or(f64::NAN);
+    let mut out = format!(
+        "{}: {} layers, rows at lengths {} + {}·row, {} timed steps per row count\n\n\
+         | rows | step ms p50 | graph build ms p50 | step vs first | tokens/s |\n|---:|---:|---:|---:|---:|\n",
+        model.display(),
+        m.num_layers(),
+        opts.prompt_tokens,
+        opts.stagger,
+        opts.steps * opts.rounds
+    );
+    for b in &batches {
+        let step = median(&b.step_us);
+        out.push_str(&format!(
+            "| {} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
+            b.rows,
+            step / 1e3,
+            median(&b.build_us) / 1e3,
+            step / base,
+            b.rows as f64 * 1e6 / step
+        ));
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(())
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(&[]).is_nan());
+    }
+}
