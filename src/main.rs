@@ -106,6 +106,10 @@ enum DevCommand {
         /// Rounds over all row counts after a warm-up round.
         #[arg(long, default_value_t = 4)]
         rounds: usize,
+        /// A GEMV route table to compare (repeatable; the syntax of
+        /// HEARTH_CUDA_GEMV, `off` for MLX's matmul); on CUDA only.
+        #[arg(long)]
+        gemv: Vec<String>,
     },
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
@@ -248,6 +252,7 @@ fn run(cli: Cli) -> Result<()> {
             stagger,
             steps,
             rounds,
+            gemv,
         }) => hearth::tools::decode_bench::run(
             &model,
             &hearth::tools::decode_bench::Options {
@@ -256,6 +261,7 @@ fn run(cli: Cli) -> Result<()> {
                 stagger,
                 steps,
                 rounds,
+                gemv,
             },
         ),
         Command::Dev(DevCommand::StepOps {

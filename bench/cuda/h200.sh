@@ -10,7 +10,11 @@
 #      H200_VARIANTS="name:ENV=V,ENV=V;..." Hearth servers measured side by side;
 #      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32;
 #      H200_DECODE_MODELS / H200_DECODE_BENCH: in-process decode-bench per model
-#      and variant; H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0 skip the kernel benches)
+#      and variant (H200_DECODE_ARGS: its extra arguments, e.g. --gemv lists;
+#      H200_DECODE_PREFIX: a command in front, e.g. taskset -c 0-3);
+#      H200_SWEEP_MODELS: the models whose servers are measured (default all);
+#      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
+#      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
 #      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
 # Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
@@ -93,6 +97,8 @@ dt = (time.perf_counter() - t) / n
 print(f"copy_bandwidth_GBps {2 * a.nbytes / dt / 1e9:.0f}")
 print("device", mx.default_device())
 EOF
+  # Where the GPU sits relative to the CPUs (per-process placement noise).
+  { nvidia-smi topo -m; lscpu | grep -i -E "numa|^cpu\(s\)|model name"; } 2>&1 | tee -a "$OUT/bandwidth.txt" || true
 
   stamp "installed"
   # Does a small batch cost more than one row in MLX's CUDA matmul? (the
@@ -131,11 +137,13 @@ EOF
       for dv in "${dvariants[@]}"; do
         variant "$dv"
         echo "### decode-bench $name $vname" | tee -a "$OUT/inproc.md"
-        env "${envs[@]}" timeout 150 $H dev decode-bench --model "/tmp/$name" 2>/dev/null \
-          | tee -a "$OUT/inproc.md" || echo "decode-bench exit $?"
+        # shellcheck disable=SC2086  # H200_DECODE_ARGS is a word list
+        env "${envs[@]}" ${H200_DECODE_PREFIX:-} timeout 200 $H dev decode-bench --model "/tmp/$name" \
+          ${H200_DECODE_ARGS:-} 2>/dev/null | tee -a "$OUT/inproc.md" || echo "decode-bench exit $?"
       done
       stamp "$name: decode bench done"
     fi
+    [[ ",${H200_SWEEP_MODELS:-$name}," == *",$name,"* ]] || continue
     # Hearth variants ("name:ENV=VAL,ENV=VAL;..."), each its own server, all
     # measured alternately with mlx_lm.server in one bench run.
     IFS=';' read -ra variants <<< "${H200_VARIANTS:-hearth:}"

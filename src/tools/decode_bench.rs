@@ -26,9 +26,13 @@ pub struct Options {
     /// Timed steps per row count and round.
     pub steps: usize,
     pub rounds: usize,
+    /// `HEARTH_CUDA_GEMV` route tables to compare in this one process (on
+    /// CUDA; empty: the routes in force). They take turns within each round.
+    pub gemv: Vec<String>,
 }
 
 struct Batch {
+    variant: usize,
     rows: usize,
     kv: Vec<BatchKv>,
     shape: BatchShape,
@@ -42,7 +46,26 @@ struct Batch {
 pub fn run(model: &Path, opts: &Options) -> Result<()> {
     let loaded =
         hearth_models::load(model).with_context(|| format!("loading {}", model.display()))?;
+    if !opts.gemv.is_empty() && crate::device::DeviceInfo::detect().backend != "cuda" {
+        anyhow::bail!("--gemv compares CUDA kernels: this is not MLX's CUDA backend");
+    }
     crate::device::enable_cuda_kernels();
+    let variants: Vec<Option<Vec<hearth_models::cuda_gemv::Route>>> = if opts.gemv.is_empty() {
+        vec![None]
+    } else {
+        opts.gemv
+            .iter()
+            .map(|r| {
+                hearth_models::cuda_gemv::Route::parse_list(r)
+                    .map(Some)
+                    .map_err(|e| anyhow::anyhow!("--gemv {r}: {e}"))
+            })
+            .collect::<Result<_>>()?
+    };
+    // Compile and check every table's kernels before timing anything.
+    for routes in variants.iter().flatten() {
+        use_routes(routes)?;
+    }
     let m = &loaded.model;
     let kv_heads = m.config.num_key_value_heads;
     let vocab = m.config.vocab_size as i32;
@@ -51,7 +74,8 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
         + opts.steps * (opts.rounds + 1)
         + 8;
     let mut batches = Vec::new();
-    for &rows in &opts.rows {
+    for (variant, &rows) in (0..variants.len()).flat_map(|v| opts.rows.iter().map(move |r| (v, r)))
+    {
         let shape = BatchShape {
             rows,
             capacity: longest.div_ceil(256) * 256,
@@ -86,6 +110,7 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
             positions.push(len);
         }
         batches.push(Batch {
+            variant,
             rows,
             kv,
             shape,
@@ -98,6 +123,9 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
     // Round 0 warms up (kernel compiles, allocator); the rest are timed.
     for round in 0..=opts.rounds {
         for b in &mut batches {
+            if let Some(routes) = &variants[b.variant] {
+                use_routes(routes)?;
+            }
             for _ in 0..opts.steps {
                 let started = Instant::now();
                 let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
@@ -124,31 +152,46 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
             }
         }
     }
-    let base = batches
-        .first()
-        .map(|b| median(&b.step_us))
-        .unwrap_or(f64::NAN);
     let mut out = format!(
         "{}: {} layers, rows at lengths {} + {}·row, {} timed steps per row count\n\n\
-         | rows | step ms p50 | graph build ms p50 | step vs first | tokens/s |\n|---:|---:|---:|---:|---:|\n",
+         | routes | rows | step ms p50 | graph build ms p50 | step vs 1st row count | tokens/s |\n\
+         |---|---:|---:|---:|---:|---:|\n",
         model.display(),
         m.num_layers(),
         opts.prompt_tokens,
         opts.stagger,
         opts.steps * opts.rounds
     );
-    for b in &batches {
-        let step = median(&b.step_us);
-        out.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
-            b.rows,
-            step / 1e3,
-            median(&b.build_us) / 1e3,
-            step / base,
-            b.rows as f64 * 1e6 / step
-        ));
+    for (v, routes) in variants.iter().enumerate() {
+        let name = match (routes, opts.gemv.get(v)) {
+            (Some(_), Some(r)) => r.as_str(),
+            _ => "in force",
+        };
+        let mine: Vec<&Batch> = batches.iter().filter(|b| b.variant == v).collect();
+        let base = mine.first().map(|b| median(&b.step_us)).unwrap_or(f64::NAN);
+        for b in mine {
+            let step = median(&b.step_us);
+            out.push_str(&format!(
+                "| {name} | {} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
+                b.rows,
+                step / 1e3,
+                median(&b.build_us) / 1e3,
+                step / base,
+                b.rows as f64 * 1e6 / step
+            ));
+        }
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(())
+}
+
+/// Puts a route table in force (after its kernels' check; `off`: none).
+fn use_routes(routes: &[hearth_models::cuda_gemv::Route]) -> Result<()> {
+    if routes.is_empty() {
+        hearth_models::cuda_gemv::disable();
+        return Ok(());
+    }
+    hearth_models::cuda_gemv::enable(routes.to_vec()).map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }
 
