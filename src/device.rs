@@ -46,8 +46,12 @@ impl DeviceInfo {
     }
 }
 
-/// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others.
-pub const DEFAULT_CUDA_GEMV: &str = "warp:2-2,mma:3-16:32";
+/// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others:
+/// MLX's GEMV for one row, tensor cores for 2–16 rows on weights up to 32
+/// MiB, cuBLAS above. In-process on the H200 this made two-row steps 1.20x
+/// a one-row step where the warp kernel at two rows made them 1.37x
+/// (`hearth dev decode-bench`, bench/results/h200-2026-12-01-s6.md).
+pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
 /// on other devices); each is checked against MLX on the device first and
@@ -134,6 +138,19 @@ mod tests {
             assert_eq!((d.kind, d.backend), ("cpu", "cpu"));
         }
         assert!(!d.label().is_empty());
+    }
+
+    #[test]
+    fn default_routes_leave_one_row_and_large_weights_to_mlx() {
+        use hearth_models::cuda_gemv::{pick, Kernel, Route};
+        let routes = Route::parse_list(DEFAULT_CUDA_GEMV).unwrap();
+        let bf16 = mlx_rs::Dtype::Bfloat16;
+        assert_eq!(pick(&routes, 1, 4096, 4096, bf16), None);
+        assert_eq!(pick(&routes, 2, 4096, 4096, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&routes, 16, 4096, 4096, bf16), Some(Kernel::Mma));
+        // Qwen3-8B's joined q/k/v (48 MiB) and lm_head stay on cuBLAS.
+        assert_eq!(pick(&routes, 2, 6144, 4096, bf16), None);
+        assert_eq!(pick(&routes, 2, 151936, 4096, bf16), None);
     }
 
     #[test]
