@@ -528,6 +528,7 @@ pub fn time(
                 &q, &ks, &vs, scale, None, None,
             )?)
         })?,
+        timed(&|| run(&q, &k, &v, &full, kv_len as usize, scale, 0))?,
     ];
     for &target in targets {
         out.push(timed(&|| {
