@@ -35,16 +35,16 @@ ATTN_IN = "const {T}* q, const {T}* k, const {T}* v, const int32_t* lens, const 
 # the variants MLX compiles (gemv: ROWS per route; attention: D per head size)
 kernels = [
     ("hearth_gemv", const("cuda_gemv.rs", "SOURCE"), "", GEMV,
-     [f"constexpr int ROWS = {r};" for r in range(1, 9)]),
+     [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 9)]),
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
-     [f"constexpr int ROWS = {r};" for r in range(1, 17)]),
+     [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
     ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
-     ATTN_IN + "{T}* out", [f"constexpr int D = {d};" for d in (64, 128, 256)]),
+     ATTN_IN + "{T}* out", [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
     ("hearth_attn_part", const("cuda_attn.rs", "PARTIAL_SOURCE"), const("cuda_attn.rs", "HEADER"),
-     ATTN_IN + "float* o_part, float* ml_part", [f"constexpr int D = {d};" for d in (64, 128, 256)]),
+     ATTN_IN + "float* o_part, float* ml_part", [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
     ("hearth_attn_combine", const("cuda_attn.rs", "COMBINE_SOURCE"), "",
      "const float* o_part, const float* ml_part, const int32_t* dims, {T}* out",
-     [f"constexpr int D = {d};" for d in (64, 128, 256)]),
+     [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
@@ -54,7 +54,7 @@ dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
 for name, body, header, signature, variants in kernels:
     for dtype in ["__nv_bfloat16", "__half"]:
         for consts in variants:
-            tag = re.sub(r"\W+", "_", consts.split("int ")[1]).strip("_")
+            tag = re.sub(r"\W+", "_", consts.split(";")[0].split("int ")[1]).strip("_")
             fn = f"custom_kernel_{name}_{dtype}_{tag}"
             text = (
                 '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'

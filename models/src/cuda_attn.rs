@@ -57,11 +57,10 @@ static STATE: AtomicUsize = AtomicUsize::new(0);
 pub const DEFAULT_TARGET_BLOCKS: usize = 0;
 
 const HEADER: &str = r#"
-template <typename T, int D, bool PARTIAL>
+template <typename T, int D, int NTH, bool PARTIAL>
 __device__ __forceinline__ void hearth_attn_run(
     const T* q, const T* k, const T* v, const int32_t* lens, const int32_t* dims,
     T* out, float* o_part, float* ml_part) {
-    constexpr int NTH = 128;
     constexpr int LPK = D / 8;
     constexpr int KPP = NTH / LPK;
     constexpr int MAXC = 1024;
@@ -201,12 +200,12 @@ __device__ __forceinline__ void hearth_attn_run(
 
 /// One chunk per row: the output itself.
 const SOURCE: &str = r#"
-    hearth_attn_run<T, D, false>(q, k, v, lens, dims, out, nullptr, nullptr);
+    hearth_attn_run<T, D, NTH, false>(q, k, v, lens, dims, out, nullptr, nullptr);
 "#;
 
 /// Several chunks per row: partial sums, maxima and denominators.
 const PARTIAL_SOURCE: &str = r#"
-    hearth_attn_run<T, D, true>(q, k, v, lens, dims, nullptr, o_part, ml_part);
+    hearth_attn_run<T, D, NTH, true>(q, k, v, lens, dims, nullptr, o_part, ml_part);
 "#;
 
 /// Combines a row's chunks: `sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s`.
@@ -366,7 +365,12 @@ fn run(
         splits as i32,
     ]);
     let dtype = q.dtype();
-    let template = [("T", TemplateArg::Dtype(dtype)), ("D", TemplateArg::Int(d))];
+    // NTH: the block's threads, the launch's and the source's one number.
+    let template = [
+        ("T", TemplateArg::Dtype(dtype)),
+        ("D", TemplateArg::Int(d)),
+        ("NTH", TemplateArg::Int(THREADS)),
+    ];
     let blocks = n * hq;
     let launch = LaunchDims {
         grid: (blocks * THREADS, splits as i32, 1),

@@ -213,7 +213,7 @@ HEARTH_MMA(__half, "f16")
 /// partial sums in shared memory at the end.
 const MMA_SOURCE: &str = r#"
     constexpr int NT = (ROWS + 7) / 8;
-    constexpr int NW = 8;
+    // NW (warps per block) comes from the launch as a template argument.
     constexpr int U = 4;
     const int N = dims[0];
     const int K = dims[1];
@@ -432,6 +432,7 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     let template = [
         ("T", TemplateArg::Dtype(w.dtype())),
         ("ROWS", TemplateArg::Int(rows)),
+        ("NW", TemplateArg::Int(WARPS)),
     ];
     let run = |kernel: &CudaKernel| {
         kernel.apply(
