@@ -88,29 +88,7 @@ enum DevCommand {
     AttnBench,
     /// Time batched decode steps in-process by row count (no scheduler,
     /// sampling or HTTP): the model's own step-time scaling.
-    DecodeBench {
-        #[arg(long)]
-        model: PathBuf,
-        /// Row counts to time (comma-separated).
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
-        rows: Vec<usize>,
-        /// Prompt length of row 0.
-        #[arg(long, default_value_t = 128)]
-        prompt_tokens: usize,
-        /// Extra prompt tokens per row (rows at different positions); 0: one length.
-        #[arg(long, default_value_t = 9)]
-        stagger: usize,
-        /// Timed steps per row count and round.
-        #[arg(long, default_value_t = 16)]
-        steps: usize,
-        /// Rounds over all row counts after a warm-up round.
-        #[arg(long, default_value_t = 4)]
-        rounds: usize,
-        /// A GEMV route table to compare (repeatable; the syntax of
-        /// HEARTH_CUDA_GEMV, `off` for MLX's matmul); on CUDA only.
-        #[arg(long)]
-        gemv: Vec<String>,
-    },
+    DecodeBench(hearth::tools::decode_bench::Options),
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
     StepOps {
@@ -245,25 +223,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Dev(DevCommand::GemvBench) => gemv_bench(),
         Command::Dev(DevCommand::AttnBench) => attn_bench(),
-        Command::Dev(DevCommand::DecodeBench {
-            model,
-            rows,
-            prompt_tokens,
-            stagger,
-            steps,
-            rounds,
-            gemv,
-        }) => hearth::tools::decode_bench::run(
-            &model,
-            &hearth::tools::decode_bench::Options {
-                rows,
-                prompt_tokens,
-                stagger,
-                steps,
-                rounds,
-                gemv,
-            },
-        ),
+        Command::Dev(DevCommand::DecodeBench(opts)) => hearth::tools::decode_bench::run(&opts),
         Command::Dev(DevCommand::StepOps {
             model,
             prompt_tokens,

@@ -300,6 +300,34 @@ impl KvCache {
     }
 }
 
+impl BatchKv {
+    /// Every layer's view for a batched decode step.
+    pub fn decode_views<'a>(layers: &'a mut [BatchKv], step: &'a DecodeStep) -> Vec<CacheView<'a>> {
+        layers
+            .iter_mut()
+            .map(|kv| CacheView::Decode { kv, step })
+            .collect()
+    }
+
+    /// Every layer's view for a prompt chunk of `row` written from `start`.
+    pub fn prefill_views(
+        layers: &mut [BatchKv],
+        shape: BatchShape,
+        row: usize,
+        start: usize,
+    ) -> Vec<CacheView<'_>> {
+        layers
+            .iter_mut()
+            .map(|kv| CacheView::Prefill {
+                kv,
+                row,
+                start,
+                shape,
+            })
+            .collect()
+    }
+}
+
 /// Allocated size of every layer's [`BatchKv`]: rows × positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BatchShape {

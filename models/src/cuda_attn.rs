@@ -323,7 +323,8 @@ fn dims_array(key: [i32; 6]) -> Array {
 
 /// Attention of one query token per row: `q: [n, heads, 1, D]` against the
 /// first `lens[i]` positions of row `i` of `keys`/`values` (`[rows >= n,
-/// kv_heads, capacity, D]`, row-major), where `kv_len = max(lens)`.
+/// kv_heads, capacity, D]`, row-major), where `kv_len = max(lens)`, aiming
+/// at `target` blocks (`None`: the target in force, see [`enable`]).
 /// Returns `[n, heads, 1, D]`.
 pub fn decode(
     q: &Array,
@@ -332,20 +333,11 @@ pub fn decode(
     lens: &Array,
     kv_len: usize,
     scale: f32,
+    target: Option<usize>,
 ) -> Result<Array> {
-    let target = target_blocks().ok_or_else(|| ModelError::Mlx("cuda attention is off".into()))?;
-    run(q, keys, values, lens, kv_len, scale, target)
-}
-
-fn run(
-    q: &Array,
-    keys: &Array,
-    values: &Array,
-    lens: &Array,
-    kv_len: usize,
-    scale: f32,
-    target: usize,
-) -> Result<Array> {
+    let target = target
+        .or_else(target_blocks)
+        .ok_or_else(|| ModelError::Mlx("cuda attention is off".into()))?;
     let (n, hq, d) = (q.dim(0), q.dim(1), q.dim(3));
     let (hkv, cap) = (keys.dim(1), keys.dim(2));
     if q.dim(2) != 1 || !HEAD_DIMS.contains(&d) || hkv == 0 || hq % hkv != 0 {
@@ -461,7 +453,7 @@ fn self_check(d: i32, dtype: Dtype) -> Result<f32> {
     let mut worst = 0.0f32;
     // One chunk per row (target 0) and many (64-key chunks).
     for target in [0, 100_000] {
-        let ours = run(&q, &k, &v, &lens_arr, kv_len, scale, target)?;
+        let ours = decode(&q, &k, &v, &lens_arr, kv_len, scale, Some(target))?;
         worst = worst.max(relative_error(&ours, &reference)?);
     }
     Ok(worst)
@@ -532,11 +524,11 @@ pub fn time(
                 &q, &ks, &vs, scale, None, None,
             )?)
         })?,
-        timed(&|| run(&q, &k, &v, &full, kv_len as usize, scale, 0))?,
+        timed(&|| decode(&q, &k, &v, &full, kv_len as usize, scale, Some(0)))?,
     ];
     for &target in targets {
         out.push(timed(&|| {
-            run(&q, &k, &v, &lens, kv_len as usize, scale, target)
+            decode(&q, &k, &v, &lens, kv_len as usize, scale, Some(target))
         })?);
     }
     Ok(out)

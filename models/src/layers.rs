@@ -469,7 +469,7 @@ impl Rope {
 pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) -> Result<Array> {
     if let Some((keys, values, lens, kv_len)) = cache.decode_lengths() {
         if crate::cuda_attn::usable(q.dim(3), q.dtype()) {
-            return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale);
+            return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale, None);
         }
     }
     Ok(match cache.mask() {

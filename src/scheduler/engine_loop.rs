@@ -592,11 +592,7 @@ impl EngineLoop {
         .reshape(&[span as i32, 1])?;
         let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions)
             .with_active_rows(&active);
-        let mut views: Vec<CacheView> = self
-            .kv
-            .iter_mut()
-            .map(|kv| CacheView::Decode { kv, step: &step })
-            .collect();
+        let mut views = BatchKv::decode_views(&mut self.kv, &step);
         let logits = self.model.forward(&ids, &mut views, true)?;
         drop(views);
         let logits = logits.reshape(&[span as i32, -1])?;
@@ -681,17 +677,7 @@ impl EngineLoop {
             .collect();
         let last = start + chunk == seq.prompt_len;
         let ids = Array::from_slice(&ids, &[1, chunk as i32]);
-        let shape = self.shape;
-        let mut views: Vec<CacheView> = self
-            .kv
-            .iter_mut()
-            .map(|kv| CacheView::Prefill {
-                kv,
-                row,
-                start,
-                shape,
-            })
-            .collect();
+        let mut views = BatchKv::prefill_views(&mut self.kv, self.shape, row, start);
         let logits = self.model.forward(&ids, &mut views, true)?;
         drop(views);
         self.running[i].prefilled += chunk;

@@ -14,20 +14,33 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use hearth_models::{BatchKv, BatchShape, CacheView, DecodeStep};
+use hearth_models::{BatchKv, BatchShape, DecodeStep};
 use mlx_rs::{ops::indexing::argmax_axis, Array};
 
-/// Options of one run.
+/// Options of one run (`hearth dev decode-bench`).
+#[derive(clap::Args)]
 pub struct Options {
+    #[arg(long)]
+    pub model: std::path::PathBuf,
+    /// Row counts to time (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     pub rows: Vec<usize>,
     /// Prompt length of row 0; row `i` gets `stagger * i` more.
+    #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
+    /// Extra prompt tokens per row (rows at different positions); 0: one length.
+    #[arg(long, default_value_t = 9)]
     pub stagger: usize,
     /// Timed steps per row count and round.
+    #[arg(long, default_value_t = 16)]
     pub steps: usize,
+    /// Rounds over all row counts after a warm-up round.
+    #[arg(long, default_value_t = 4)]
     pub rounds: usize,
-    /// `HEARTH_CUDA_GEMV` route tables to compare in this one process (on
-    /// CUDA; empty: the routes in force). They take turns within each round.
+    /// A GEMV route table to compare (repeatable; the syntax of
+    /// HEARTH_CUDA_GEMV, `off` for MLX's matmul), CUDA only; the tables
+    /// take turns within each round. None: the routes in force.
+    #[arg(long)]
     pub gemv: Vec<String>,
 }
 
@@ -43,7 +56,8 @@ struct Batch {
 }
 
 /// Prints a Markdown table: per row count, p50 step and graph-build times.
-pub fn run(model: &Path, opts: &Options) -> Result<()> {
+pub fn run(opts: &Options) -> Result<()> {
+    let model: &Path = &opts.model;
     let loaded =
         hearth_models::load(model).with_context(|| format!("loading {}", model.display()))?;
     if !opts.gemv.is_empty() && crate::device::DeviceInfo::detect().backend != "cuda" {
@@ -91,15 +105,7 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
             while start < len {
                 let end = (start + 512).min(len);
                 let chunk = Array::from_slice(&ids[start..end], &[1, (end - start) as i32]);
-                let mut views: Vec<CacheView> = kv
-                    .iter_mut()
-                    .map(|kv| CacheView::Prefill {
-                        kv,
-                        row,
-                        start,
-                        shape,
-                    })
-                    .collect();
+                let mut views = BatchKv::prefill_views(&mut kv, shape, row, start);
                 let logits = m.forward(&chunk, &mut views, true)?;
                 drop(views);
                 let mut done: Vec<&Array> = kv.iter().flat_map(BatchKv::arrays).collect();
@@ -130,10 +136,7 @@ pub fn run(model: &Path, opts: &Options) -> Result<()> {
                 let started = Instant::now();
                 let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
                 let ids = Array::from_slice(&b.tokens, &[b.rows as i32, 1]);
-                let mut views: Vec<CacheView> =
-                    b.kv.iter_mut()
-                        .map(|kv| CacheView::Decode { kv, step: &step })
-                        .collect();
+                let mut views = BatchKv::decode_views(&mut b.kv, &step);
                 let logits = m.forward(&ids, &mut views, true)?;
                 drop(views);
                 let next = argmax_axis(logits.reshape(&[b.rows as i32, -1])?, -1, false)?;
