@@ -76,9 +76,10 @@ pub fn run(opts: &Options) -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
-    // Compile and check every table's kernels before timing anything.
-    for routes in variants.iter().flatten() {
-        use_routes(routes)?;
+    // Compile and check every table's kernels before timing anything;
+    // switching tables later needs no second check.
+    for routes in variants.iter().flatten().filter(|r| !r.is_empty()) {
+        hearth_models::cuda_gemv::enable(routes.clone()).map_err(|e| anyhow::anyhow!(e))?;
     }
     let m = &loaded.model;
     let kv_heads = m.config.num_key_value_heads;
@@ -130,7 +131,7 @@ pub fn run(opts: &Options) -> Result<()> {
     for round in 0..=opts.rounds {
         for b in &mut batches {
             if let Some(routes) = &variants[b.variant] {
-                use_routes(routes)?;
+                hearth_models::cuda_gemv::reinstate(routes.clone());
             }
             for _ in 0..opts.steps {
                 let started = Instant::now();
@@ -185,16 +186,6 @@ pub fn run(opts: &Options) -> Result<()> {
         }
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
-    Ok(())
-}
-
-/// Puts a route table in force (after its kernels' check; `off`: none).
-fn use_routes(routes: &[hearth_models::cuda_gemv::Route]) -> Result<()> {
-    if routes.is_empty() {
-        hearth_models::cuda_gemv::disable();
-        return Ok(());
-    }
-    hearth_models::cuda_gemv::enable(routes.to_vec()).map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }
 
