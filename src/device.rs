@@ -54,14 +54,15 @@ impl DeviceInfo {
 pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
-/// on other devices); each is checked against MLX on the device first and
+/// on other devices); each is checked against MLX on the device (the GEMV
+/// routes here, the attention kernel per head size at its first use) and
 /// stays off if that fails:
 ///
 /// - the small-batch GEMV routes (models/src/cuda_gemv.rs):
 ///   [`DEFAULT_CUDA_GEMV`], or `HEARTH_CUDA_GEMV=KERNEL:MIN-MAX[:MAX_MB],...`
 ///   (`off`: MLX's matmul everywhere). The default is what measured best end
 ///   to end on the H200 (bench/results/h200-*.md).
-/// - one-token attention over rows of different lengths
+/// - one-token attention for every batched decode step
 ///   (models/src/cuda_attn.rs): `HEARTH_CUDA_ATTN` is `on` (the default:
 ///   [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`]), a number of
 ///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA).

@@ -199,7 +199,7 @@ impl CacheView<'_> {
     /// (`None`: causal for several tokens, nothing for one).
     pub fn mask(&self) -> Option<&Array> {
         match self {
-            CacheView::Decode { step, .. } => step.mask.as_ref(),
+            CacheView::Decode { step, .. } => step.mask(),
             _ => None,
         }
     }
@@ -211,7 +211,7 @@ impl CacheView<'_> {
     pub fn decode_lengths(&self) -> Option<(&Array, &Array, &Array, usize)> {
         match self {
             CacheView::Decode { kv, step } => match (&kv.keys, &kv.values) {
-                (Some(k), Some(v)) => Some((k, v, &step.lens, step.kv_len)),
+                (Some(k), Some(v)) => Some((k, v, step.lens(), step.kv_len)),
                 _ => None,
             },
             _ => None,
@@ -347,11 +347,12 @@ pub struct DecodeStep {
     /// one length), so attention takes its unmasked kernels: MLX's CUDA
     /// SDPA has a fused one-token kernel only without an array mask (with
     /// one it falls back to separate matmul, softmax and mask ops).
-    mask: Option<Array>,
+    /// Built on first use: a step whose attention takes lengths needs none.
+    mask: std::cell::OnceCell<Option<Array>>,
     /// Each row's length after this step (`positions + 1`, `[n]` int32):
     /// what the CUDA one-token attention kernel takes instead of a mask
-    /// (models/src/cuda_attn.rs).
-    lens: Array,
+    /// (models/src/cuda_attn.rs). Built on first use.
+    lens: std::cell::OnceCell<Array>,
     /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
     flat_index: Array,
     kv_len: usize,
@@ -366,17 +367,6 @@ impl DecodeStep {
         let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
         debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
         let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let mask = if positions.iter().all(|&p| p + 1 == kv_len) {
-            None
-        } else {
-            let mut mask = vec![false; n * kv_len];
-            for (i, &p) in positions.iter().enumerate() {
-                mask[i * kv_len..i * kv_len + p + 1].fill(true);
-            }
-            Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]))
-        };
-        let lens: Vec<i32> = positions.iter().map(|&p| p as i32 + 1).collect();
-        let lens = Array::from_slice(&lens, &[n as i32]);
         let mut flat = Vec::with_capacity(n * kv_heads);
         for (i, &p) in positions.iter().enumerate() {
             for h in 0..kv_heads {
@@ -387,8 +377,8 @@ impl DecodeStep {
             shape,
             kv_heads,
             offsets: Array::from_slice(&offsets, &[n as i32]),
-            mask,
-            lens,
+            mask: std::cell::OnceCell::new(),
+            lens: std::cell::OnceCell::new(),
             flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
             positions,
             kv_len,
@@ -410,6 +400,31 @@ impl DecodeStep {
 
     pub fn rows(&self) -> usize {
         self.positions.len()
+    }
+
+    /// The attention mask (see the field), built on the first call.
+    fn mask(&self) -> Option<&Array> {
+        self.mask
+            .get_or_init(|| {
+                let (n, kv_len) = (self.positions.len(), self.kv_len);
+                if self.positions.iter().all(|&p| p + 1 == kv_len) {
+                    return None;
+                }
+                let mut mask = vec![false; n * kv_len];
+                for (i, &p) in self.positions.iter().enumerate() {
+                    mask[i * kv_len..i * kv_len + p + 1].fill(true);
+                }
+                Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]))
+            })
+            .as_ref()
+    }
+
+    /// Each row's length (see the field), built on the first call.
+    fn lens(&self) -> &Array {
+        self.lens.get_or_init(|| {
+            let lens: Vec<i32> = self.positions.iter().map(|&p| p as i32 + 1).collect();
+            Array::from_slice(&lens, &[lens.len() as i32])
+        })
     }
 
     pub fn shape(&self) -> BatchShape {
@@ -674,13 +689,13 @@ mod tests {
         // One row, or rows at one position: every row sees all of 0..kv_len.
         for uniform in [vec![7], vec![5, 5, 5]] {
             let step = DecodeStep::new(shape, 2, uniform.clone());
-            assert!(step.mask.is_none());
+            assert!(step.mask().is_none());
             let lens: Vec<i32> = uniform.iter().map(|&p| p as i32 + 1).collect();
-            assert_eq!(step.lens.as_slice::<i32>(), &lens[..]);
+            assert_eq!(step.lens().as_slice::<i32>(), &lens[..]);
         }
         // Different positions: row i sees 0..=positions[i] and no more.
         let step = DecodeStep::new(shape, 2, vec![2, 0, 3]);
-        let mask = step.mask.as_ref().expect("a mask");
+        let mask = step.mask().expect("a mask");
         assert_eq!(mask.shape(), &[3, 1, 1, 4]);
         let seen: Vec<bool> = mask.as_slice::<bool>().to_vec();
         #[rustfmt::skip]
@@ -690,7 +705,7 @@ mod tests {
             true, true, true, true,
         ]);
         // The same rule as lengths, for the CUDA kernel that takes them.
-        assert_eq!(step.lens.as_slice::<i32>(), &[3, 1, 4]);
+        assert_eq!(step.lens().as_slice::<i32>(), &[3, 1, 4]);
     }
 
     #[test]

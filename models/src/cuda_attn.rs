@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlx_rs::{fast, Array, Dtype};
 
-use crate::cuda_kernel::{relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
 use crate::error::{ModelError, Result};
 
 /// Threads per block of both kernels.
@@ -244,10 +244,6 @@ thread_local! {
         CudaKernel::new("hearth_attn_part", &INPUTS, &["o_part", "ml_part"], PARTIAL_SOURCE, HEADER);
     static COMBINE: CudaKernel =
         CudaKernel::new("hearth_attn_combine", &["o_part", "ml_part", "dims"], &["out"], COMBINE_SOURCE, "");
-
-    /// The `dims` input per launch shape, kept on the device.
-    static DIMS: std::cell::RefCell<std::collections::HashMap<[i32; 6], Array>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 thread_local! {
@@ -312,15 +308,6 @@ pub fn split(heads: usize, kv_len: usize, target: usize) -> (usize, usize) {
     (chunk, kv_len.div_ceil(chunk))
 }
 
-fn dims_array(key: [i32; 6]) -> Array {
-    DIMS.with(|dims| {
-        dims.borrow_mut()
-            .entry(key)
-            .or_insert_with(|| Array::from_slice(&key, &[6]))
-            .clone()
-    })
-}
-
 /// Attention of one query token per row: `q: [n, heads, 1, D]` against the
 /// first `lens[i]` positions of row `i` of `keys`/`values` (`[rows >= n,
 /// kv_heads, capacity, D]`, row-major), where `kv_len = max(lens)`, aiming
@@ -348,7 +335,7 @@ pub fn decode(
         )));
     }
     let (chunk, splits) = split((n * hq) as usize, kv_len, target);
-    let dims = dims_array([
+    let dims = int_array(&[
         hq,
         hkv,
         cap,

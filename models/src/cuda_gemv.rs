@@ -26,7 +26,7 @@ use std::sync::RwLock;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::cuda_kernel::{relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
 use crate::error::Result;
 
 /// Most activation rows the kernels take (more use MLX's GEMM).
@@ -399,20 +399,6 @@ thread_local! {
         CudaKernel::new("hearth_gemv", &["x", "w", "dims"], &["y"], SOURCE, "");
     static MMA_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
-
-    /// `[N, K]` of each matrix shape seen, kept on the device: one small
-    /// array per shape instead of a host-to-device copy per call.
-    static DIMS: std::cell::RefCell<std::collections::HashMap<(i32, i32), Array>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
-
-fn dims_array(n: i32, k: i32) -> Array {
-    DIMS.with(|dims| {
-        dims.borrow_mut()
-            .entry((n, k))
-            .or_insert_with(|| Array::from_slice(&[n, k], &[2]))
-            .clone()
-    })
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -423,7 +409,7 @@ fn dims_array(n: i32, k: i32) -> Array {
 /// The kernel reads `dims` = [N, K], `rows * K` elements of `x` and `N * K`
 /// of `w` and writes each of the `rows * N` outputs exactly once.
 fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
-    let dims = dims_array(n, k);
+    let dims = int_array(&[n, k]);
     let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
     let launch = LaunchDims {
         grid: (blocks * WARPS * 32, 1, 1),

@@ -192,6 +192,27 @@ fn make(
     }
 }
 
+thread_local! {
+    /// Small int32 inputs (shapes, launch parameters) by value, kept on the
+    /// device: one array per distinct value instead of a host-to-device copy
+    /// per call.
+    static INTS: std::cell::RefCell<std::collections::HashMap<Vec<i32>, Array>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The int32 array holding `values`, made once per thread and value.
+pub(crate) fn int_array(values: &[i32]) -> Array {
+    INTS.with(|ints| {
+        let mut ints = ints.borrow_mut();
+        if let Some(a) = ints.get(values) {
+            return a.clone();
+        }
+        let a = Array::from_slice(values, &[values.len() as i32]);
+        ints.insert(values.to_vec(), a.clone());
+        a
+    })
+}
+
 /// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
 /// the self-checks of the kernels against MLX's own ops.
 pub(crate) fn relative_error(ours: &Array, reference: &Array) -> Result<f32> {

@@ -467,8 +467,10 @@ impl Rope {
 /// with each row's length, and beats MLX's unmasked kernels too
 /// (bench/results/h200-2026-12-01-s6.md).
 pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) -> Result<Array> {
-    if let Some((keys, values, lens, kv_len)) = cache.decode_lengths() {
-        if crate::cuda_attn::usable(q.dim(3), q.dtype()) {
+    // `usable` first: elsewhere it is one atomic load, and the lengths are
+    // built only for a step that takes them.
+    if q.dim(2) == 1 && crate::cuda_attn::usable(q.dim(3), q.dtype()) {
+        if let Some((keys, values, lens, kv_len)) = cache.decode_lengths() {
             return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale, None);
         }
     }
