@@ -13,7 +13,8 @@ use hearth::{
     scheduler::{FinishReason, Job, JobEvent, SchedulerConfig, SchedulerHandle},
     tools::dummy::{write_dummy_model, DummyShape, DummySpec},
 };
-use mlx_rs::Dtype;
+use hearth_models::{BatchKv, BatchShape, CacheView, DecodeStep, PrefillBatch, PrefillChunk};
+use mlx_rs::{ops::indexing::IndexOp, Array, Dtype};
 
 fn alone(engine: &Engine, prompt: &[u32], n: usize, sampling: SamplingParams) -> Vec<u32> {
     let mut request = GenerateRequest::new(prompt.to_vec(), n);
@@ -263,4 +264,128 @@ fn cancelling_frees_the_row_and_memory() {
         std::thread::sleep(Duration::from_millis(20));
     }
     scheduler.shutdown(Duration::from_secs(1));
+}
+
+/// Runs the model on `ids` (`[n, L]`) through `views`, returning logits `[n, vocab]`.
+fn pass(model: &hearth_models::Model, ids: &[i32], n: i32, views: &mut [CacheView]) -> Array {
+    let l = ids.len() as i32 / n;
+    let logits = model
+        .forward(&Array::from_slice(ids, &[n, l]), views, true)
+        .unwrap();
+    let logits = logits.reshape(&[n, -1]).unwrap();
+    logits.eval().unwrap();
+    logits
+}
+
+/// Largest difference between `a` and `b`, relative to `a`'s largest magnitude.
+fn relative_gap(a: &Array, b: &Array) -> f32 {
+    let gap = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
+    let scale = a.abs().unwrap().max(None).unwrap();
+    gap.item_cast::<f32>() / scale.item_cast::<f32>().max(1e-6)
+}
+
+/// One batched prefill pass over chunks of several rows (one mid-prompt,
+/// one in a row a finished sequence used, different lengths, so padding)
+/// gives each row the logits and the cache (KV and recurrent state: the
+/// decode step after reads both) that a pass per chunk gives.
+fn check_prefill_batch_matches_a_pass_per_chunk(path: &Path) {
+    let model = hearth_models::load(path).unwrap().model;
+    let kv_heads = model.config.num_key_value_heads;
+    let shape = BatchShape {
+        rows: 4,
+        capacity: 256,
+    };
+    let vocab = model.config.vocab_size.min(4000) as i32;
+    let prompt = |seed: i32, len: usize| -> Vec<i32> {
+        (0..len as i32)
+            .map(|i| (i * 37 + seed * 101) % vocab)
+            .collect()
+    };
+    let (p0, p1, p3, stale) = (prompt(1, 13), prompt(2, 20), prompt(3, 7), prompt(4, 9));
+    // Both worlds: row 1 has read 9 tokens, row 3 holds a finished
+    // sequence's cache.
+    let world = || -> Vec<BatchKv> {
+        let mut kv: Vec<BatchKv> = (0..model.num_layers()).map(|_| BatchKv::new()).collect();
+        for (row, ids) in [(1, &p1[..9]), (3, &stale[..])] {
+            let mut views = BatchKv::prefill_views(&mut kv, shape, row, 0);
+            pass(&model, ids, 1, &mut views);
+        }
+        kv
+    };
+    // A pass per chunk.
+    let mut one = world();
+    let mut expected = Vec::new();
+    for (row, start, ids) in [(0, 0, &p0[..]), (1, 9, &p1[9..]), (3, 0, &p3[..])] {
+        let mut views = BatchKv::prefill_views(&mut one, shape, row, start);
+        expected.push(pass(&model, ids, 1, &mut views));
+    }
+    // One pass, rows right-padded.
+    let mut batched = world();
+    let chunks = vec![
+        PrefillChunk {
+            row: 1,
+            start: 9,
+            len: 11,
+        },
+        PrefillChunk {
+            row: 3,
+            start: 0,
+            len: 7,
+        },
+        PrefillChunk {
+            row: 0,
+            start: 0,
+            len: 13,
+        },
+    ];
+    let batch = PrefillBatch::new(shape, kv_heads, chunks).unwrap();
+    // The widest chunk, 13, rounded up to a multiple of 16.
+    assert_eq!((batch.rows(), batch.width()), (3, 16));
+    let mut ids = vec![0i32; 3 * 16];
+    for (k, part) in [&p1[9..], &p3[..], &p0[..]].iter().enumerate() {
+        ids[k * 16..k * 16 + part.len()].copy_from_slice(part);
+    }
+    let mut views = BatchKv::prefill_batch_views(&mut batched, &batch);
+    let got = pass(&model, &ids, 3, &mut views);
+    drop(views);
+    // Batch order: row 1, row 3, row 0.
+    for (k, want) in [&expected[1], &expected[2], &expected[0]]
+        .into_iter()
+        .enumerate()
+    {
+        let row = got.index(k as i32..k as i32 + 1);
+        let gap = relative_gap(want, &row);
+        assert!(gap < 1e-3, "chunk {k}: logits differ by {gap}");
+    }
+    // A decode step over rows 0..4 (row 2 idle) reads what each wrote.
+    let step_logits = |kv: &mut Vec<BatchKv>| -> Array {
+        let step = DecodeStep::new(shape, kv_heads, vec![13, 20, 0, 7])
+            .with_active_rows(&[true, true, false, true]);
+        let mut views = BatchKv::decode_views(kv, &step);
+        pass(&model, &[5, 6, 0, 7], 4, &mut views)
+    };
+    let (want, got) = (step_logits(&mut one), step_logits(&mut batched));
+    for row in [0, 1, 3] {
+        let gap = relative_gap(&want.index(row..row + 1), &got.index(row..row + 1));
+        assert!(gap < 1e-3, "row {row}: next step's logits differ by {gap}");
+    }
+}
+
+#[test]
+fn real_model_prefill_batch_matches_a_pass_per_chunk() {
+    check_prefill_batch_matches_a_pass_per_chunk(&fixture("SmolLM2-135M-Instruct.Q4_1.gguf"));
+}
+
+#[test]
+fn dummy_qwen3_5_prefill_batch_matches_a_pass_per_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = DummySpec {
+        arch: "qwen3_5".into(),
+        shape: DummyShape::parse("qwen3.5-tiny").unwrap(),
+        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
+        dtype: Dtype::Float32,
+        seed: 6,
+    };
+    write_dummy_model(&spec, dir.path()).unwrap();
+    check_prefill_batch_matches_a_pass_per_chunk(dir.path());
 }

@@ -177,6 +177,11 @@ pub enum CacheView<'a> {
         start: usize,
         shape: BatchShape,
     },
+    /// Prompt chunks of several rows in one pass (see [`PrefillBatch`]).
+    PrefillBatch {
+        kv: &'a mut BatchKv,
+        batch: &'a PrefillBatch,
+    },
 }
 
 /// Where rotary positions start for the tokens of one forward pass.
@@ -192,6 +197,7 @@ impl CacheView<'_> {
             CacheView::Single(c) => RopeOffset::Scalar(c.offset()),
             CacheView::Decode { step, .. } => RopeOffset::PerRow(&step.offsets),
             CacheView::Prefill { start, .. } => RopeOffset::Scalar(*start),
+            CacheView::PrefillBatch { batch, .. } => RopeOffset::PerRow(&batch.starts),
         }
     }
 
@@ -200,6 +206,27 @@ impl CacheView<'_> {
     pub fn mask(&self) -> Option<&Array> {
         match self {
             CacheView::Decode { step, .. } => step.mask(),
+            CacheView::PrefillBatch { batch, .. } => Some(&batch.mask),
+            _ => None,
+        }
+    }
+
+    /// For a batched prefill: which input positions are real tokens
+    /// (`[n, width, 1]` f32, 1 or 0: rows are right-padded) and each row's
+    /// chunk length (`[n]` int32). Linear-attention layers use them to
+    /// leave their state untouched by the padding.
+    pub fn padding(&self) -> Option<(&Array, &Array)> {
+        match self {
+            CacheView::PrefillBatch { batch, .. } => Some((&batch.valid, &batch.lens)),
+            _ => None,
+        }
+    }
+
+    /// For a batched prefill, the index of each row's last real token
+    /// (`[n, 1, 1]` int32), where its next-token logits are read.
+    pub fn last_tokens(&self) -> Option<&Array> {
+        match self {
+            CacheView::PrefillBatch { batch, .. } => Some(&batch.last),
             _ => None,
         }
     }
@@ -242,6 +269,24 @@ impl CacheView<'_> {
                     kv.state_rows(*row, 1)
                 }
             }
+            CacheView::PrefillBatch { kv, batch } => {
+                kv.fit_state(batch.shape.rows, init)?;
+                let old = kv.gather_state(&batch.row_index)?;
+                // A row whose chunk starts at 0 starts from zeros (its row
+                // may hold a finished sequence's state).
+                let Some(fresh) = &batch.fresh else {
+                    return Ok(old);
+                };
+                let from_zero = |old: Array, zero: &Array| -> Result<Array> {
+                    let mut shape = vec![batch.rows() as i32];
+                    shape.resize(old.ndim(), 1);
+                    Ok(ops::select(fresh.reshape(&shape)?, zero, old)?)
+                };
+                Ok(RecurrentState {
+                    conv: from_zero(old.conv, &init.conv)?,
+                    ssm: from_zero(old.ssm, &init.ssm)?,
+                })
+            }
         }
     }
 
@@ -274,6 +319,7 @@ impl CacheView<'_> {
                 kv.write_state_rows(0, new)
             }
             CacheView::Prefill { kv, row, .. } => kv.write_state_rows(*row, new),
+            CacheView::PrefillBatch { kv, batch } => kv.scatter_state(&batch.row_index, new),
         }
     }
 
@@ -289,6 +335,7 @@ impl CacheView<'_> {
                 start,
                 shape,
             } => kv.prefill_update(*shape, *row, *start, keys, values),
+            CacheView::PrefillBatch { kv, batch } => kv.prefill_batch_update(batch, keys, values),
         }
     }
 }
@@ -324,6 +371,19 @@ impl BatchKv {
                 start,
                 shape,
             })
+            .collect()
+    }
+}
+
+impl BatchKv {
+    /// Every layer's view for a batched prefill.
+    pub fn prefill_batch_views<'a>(
+        layers: &'a mut [BatchKv],
+        batch: &'a PrefillBatch,
+    ) -> Vec<CacheView<'a>> {
+        layers
+            .iter_mut()
+            .map(|kv| CacheView::PrefillBatch { kv, batch })
             .collect()
     }
 }
@@ -432,6 +492,129 @@ impl DecodeStep {
     }
 }
 
+/// A batched prefill's input width is a multiple of this.
+pub const PREFILL_WIDTH_STEP: usize = 16;
+/// A batched prefill attends over a multiple of this many keys (masked).
+pub const PREFILL_KEYS_STEP: usize = 64;
+
+/// One prompt chunk of a batched prefill: `len` tokens of batch row `row`,
+/// written at positions `start..start + len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillChunk {
+    pub row: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// Prompt chunks of several rows in one forward pass. The input is
+/// `[n, width]`: chunk `i` in row `i`, right-padded to the widest chunk.
+/// Padding is computed but never stored: only real tokens are written to
+/// the KV buffers, attention masks each query to its own row's keys up to
+/// its position, linear-attention layers give padding no weight
+/// ([`CacheView::padding`]), and logits are read at each row's last real
+/// token ([`CacheView::last_tokens`]). One pass reads the weights once for
+/// all rows, where a pass per chunk reads them once per chunk.
+pub struct PrefillBatch {
+    shape: BatchShape,
+    chunks: Vec<PrefillChunk>,
+    width: usize,
+    /// Batch row of each chunk, `[n]` int32.
+    row_index: Array,
+    /// Start position of each chunk, `[n]` int32 (RoPE offsets).
+    starts: Array,
+    /// Length of each chunk, `[n]` int32.
+    lens: Array,
+    /// `[n, width, 1]` f32: 1 for a real token, 0 for padding.
+    valid: Array,
+    /// `[n, 1, 1]` int32: each chunk's last token.
+    last: Array,
+    /// `[n]` bool: chunks at position 0; `None` when there is none.
+    fresh: Option<Array>,
+    /// `[n, 1, width, kv_len]` bool: query `j` of chunk `i` sees keys
+    /// `0..=start_i + j` of its row.
+    mask: Array,
+    /// Real tokens' places in the new keys flattened to
+    /// `[n * kv_heads * width, D]`, and in the buffers flattened to
+    /// `[rows * kv_heads * capacity, D]`.
+    src_index: Array,
+    dst_index: Array,
+    kv_len: usize,
+}
+
+impl PrefillBatch {
+    /// `chunks` in input order; every chunk has at least one token and
+    /// fits `shape`.
+    pub fn new(shape: BatchShape, kv_heads: usize, chunks: Vec<PrefillChunk>) -> Result<Self> {
+        let n = chunks.len();
+        // Widths and key counts rounded up (to 16 and 64), so prompts of
+        // nearby lengths share one shape: a backend that builds a kernel
+        // or graph per shape (cuDNN's attention on CUDA) builds few.
+        let width = chunks.iter().map(|c| c.len).max().unwrap_or(1);
+        let width = width.next_multiple_of(PREFILL_WIDTH_STEP);
+        let kv_len = chunks.iter().map(|c| c.start + c.len).max().unwrap_or(1);
+        debug_assert!(chunks.iter().all(|c| c.len > 0 && c.row < shape.rows));
+        debug_assert!(kv_len <= shape.capacity);
+        let kv_len = kv_len
+            .next_multiple_of(PREFILL_KEYS_STEP)
+            .min(shape.capacity);
+        let ints = |f: &dyn Fn(&PrefillChunk) -> usize| -> Array {
+            let v: Vec<i32> = chunks.iter().map(|c| f(c) as i32).collect();
+            Array::from_slice(&v, &[n as i32])
+        };
+        let mut valid = vec![0f32; n * width];
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for (i, c) in chunks.iter().enumerate() {
+            valid[i * width..i * width + c.len].fill(1.0);
+            for h in 0..kv_heads {
+                for j in 0..c.len {
+                    src.push(((i * kv_heads + h) * width + j) as i32);
+                    dst.push(((c.row * kv_heads + h) * shape.capacity + c.start + j) as i32);
+                }
+            }
+        }
+        let starts = ints(&|c| c.start);
+        let fresh = chunks.iter().any(|c| c.start == 0).then(|| {
+            let f: Vec<bool> = chunks.iter().map(|c| c.start == 0).collect();
+            Array::from_slice(&f, &[n as i32])
+        });
+        // Built on the device: the host never holds n * width * kv_len.
+        let keys = ops::arange::<_, i32>(0, kv_len as i32, None)?.reshape(&[1, 1, 1, -1])?;
+        let queries = ops::arange::<_, i32>(0, width as i32, None)?
+            .reshape(&[1, 1, -1, 1])?
+            .add(starts.reshape(&[-1, 1, 1, 1])?)?;
+        let mask = keys.le(&queries)?;
+        Ok(PrefillBatch {
+            shape,
+            width,
+            row_index: ints(&|c| c.row),
+            lens: ints(&|c| c.len),
+            last: ints(&|c| c.len - 1).reshape(&[n as i32, 1, 1])?,
+            valid: Array::from_slice(&valid, &[n as i32, width as i32, 1]),
+            fresh,
+            mask,
+            src_index: Array::from_slice(&src, &[src.len() as i32]),
+            dst_index: Array::from_slice(&dst, &[dst.len() as i32]),
+            starts,
+            kv_len,
+            chunks,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Tokens per input row (the widest chunk, rounded up to
+    /// [`PREFILL_WIDTH_STEP`]).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    pub fn chunks(&self) -> &[PrefillChunk] {
+        &self.chunks
+    }
+}
+
 /// One layer's KV buffers for a batch of sequences (see the module docs).
 #[derive(Debug, Default)]
 pub struct BatchKv {
@@ -523,6 +706,31 @@ impl BatchKv {
         }
         st.conv.try_index_mut(s..e, &new.conv)?;
         st.ssm.try_index_mut(s..e, &new.ssm)?;
+        Ok(())
+    }
+
+    /// The state of rows `index` (`[n]` int32), after [`Self::fit_state`].
+    fn gather_state(&self, index: &Array) -> Result<RecurrentState> {
+        match &self.state {
+            Some(st) => Ok(RecurrentState {
+                conv: st.conv.take_axis(index, 0)?,
+                ssm: st.ssm.take_axis(index, 0)?,
+            }),
+            None => Err(crate::error::ModelError::Mlx(
+                "recurrent state read before it was allocated".into(),
+            )),
+        }
+    }
+
+    /// Writes `new` (one row per entry of `index`, `[n]` int32) at rows `index`.
+    fn scatter_state(&mut self, index: &Array, new: RecurrentState) -> Result<()> {
+        let Some(st) = self.state.as_mut() else {
+            return Err(crate::error::ModelError::Mlx(
+                "recurrent state written before it was read".into(),
+            ));
+        };
+        st.conv = scatter_single(&st.conv, index, &new.conv.expand_dims(1)?, 0)?;
+        st.ssm = scatter_single(&st.ssm, index, &new.ssm.expand_dims(1)?, 0)?;
         Ok(())
     }
 
@@ -636,6 +844,38 @@ impl BatchKv {
         let v = write(self.values.take().ok_or_else(missing)?, values)?;
         let len = step.kv_len as i32;
         let out = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
+        self.keys = Some(k);
+        self.values = Some(v);
+        Ok(out)
+    }
+
+    fn prefill_batch_update(
+        &mut self,
+        batch: &PrefillBatch,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<(Array, Array)> {
+        self.fit(batch.shape, keys)?;
+        let (n, heads, width, dim) = (keys.dim(0), keys.dim(1), keys.dim(2), keys.dim(3));
+        let BatchShape { rows, capacity } = batch.shape;
+        let flat_len = rows as i32 * heads * capacity as i32;
+        let write = |buf: Array, new: &Array| -> Result<Array> {
+            let flat = buf.reshape(&[flat_len, dim])?;
+            let updates = new
+                .reshape(&[n * heads * width, dim])?
+                .take_axis(&batch.src_index, 0)?
+                .expand_dims(1)?;
+            let flat = scatter_single(&flat, &batch.dst_index, &updates, 0)?;
+            Ok(flat.reshape(&[rows as i32, heads, capacity as i32, dim])?)
+        };
+        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
+        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
+        let v = write(self.values.take().ok_or_else(missing)?, values)?;
+        let len = batch.kv_len as i32;
+        let out = (
+            k.take_axis(&batch.row_index, 0)?.index((.., .., ..len, ..)),
+            v.take_axis(&batch.row_index, 0)?.index((.., .., ..len, ..)),
+        );
         self.keys = Some(k);
         self.values = Some(v);
         Ok(out)

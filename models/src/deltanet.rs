@@ -147,6 +147,13 @@ impl GatedDeltaNet {
         // softplus(a + dt_bias), both f32.
         let (beta, log_g) =
             crate::fused::delta_gates(&proj_b, &proj_a, &self.dt_bias, &self.neg_a)?;
+        // Right-padded rows of a batched prefill: padding gets beta = 0 and
+        // no decay, so it leaves the state as the row's last token left it.
+        let padding = cache.padding().map(|(v, l)| (v.clone(), l.clone()));
+        let (beta, log_g) = match &padding {
+            Some((valid, _)) => (beta.multiply(valid)?, log_g.multiply(valid)?),
+            None => (beta, log_g),
+        };
 
         let init = self.zero_state(x.dtype())?;
         let state = cache.recurrent_state(&init)?;
@@ -156,7 +163,17 @@ impl GatedDeltaNet {
         let conv_input = ops::concatenate(&[&state.conv, &qkv], 1)?;
         let keep = self.kernel - 1;
         let total = conv_input.dim(1);
-        let new_conv = conv_input.index((.., (total - keep).., ..));
+        let new_conv = match &padding {
+            // The last `keep` inputs up to each row's last real token:
+            // positions len..len + keep of [carried, new].
+            Some((_, lens)) => {
+                let at = ops::arange::<_, i32>(0, keep, None)?
+                    .reshape(&[1, keep, 1])?
+                    .add(lens.reshape(&[b, 1, 1])?)?;
+                conv_input.take_along_axis(&at, 1)?
+            }
+            None => conv_input.index((.., (total - keep).., ..)),
+        };
         let conv = if l == 1 {
             conv_input.multiply(&self.conv_taps)?.sum_axis(1, true)?
         } else {

@@ -593,8 +593,13 @@ impl Mlp {
     }
 }
 
-/// Keeps only the last position of `[B, L, D]` (prefill needs one logit row).
-pub fn last_position(x: &Array) -> Result<Array> {
+/// Keeps only the last position of `[B, L, D]` (prefill needs one logit
+/// row): each row's last real token for a batched prefill of right-padded
+/// chunks (`cache` is the pass's views), the last position otherwise.
+pub fn last_position(x: &Array, cache: &[CacheView]) -> Result<Array> {
+    if let Some(last) = cache.first().and_then(CacheView::last_tokens) {
+        return Ok(x.take_along_axis(last, 1)?);
+    }
     let l = x.dim(1);
     if l == 1 {
         return Ok(x.clone());

@@ -34,7 +34,9 @@ pub mod weights;
 
 use std::path::{Path, PathBuf};
 
-pub use cache::{BatchKv, BatchShape, CacheView, DecodeStep, KvCache, RecurrentState};
+pub use cache::{
+    BatchKv, BatchShape, CacheView, DecodeStep, KvCache, PrefillBatch, PrefillChunk, RecurrentState,
+};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use model::Model;

@@ -327,7 +327,7 @@ impl Model {
             h = layer.forward(&h, layer_cache)?;
         }
         if last_only {
-            h = last_position(&h)?;
+            h = last_position(&h, cache)?;
         }
         let h = self.norm.forward(&h)?;
         match &self.lm_head {

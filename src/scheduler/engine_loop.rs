@@ -15,8 +15,10 @@ use std::{
 };
 
 use anyhow::Context;
-use hearth_models::{BatchKv, BatchShape, CacheView, DecodeStep, Model};
-use mlx_rs::{transforms, Array};
+use hearth_models::{
+    BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch, PrefillChunk,
+};
+use mlx_rs::{ops::indexing::IndexOp, transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
@@ -195,6 +197,43 @@ impl Sequence {
     fn wants_decode(&self) -> bool {
         self.decoding() && self.generated + usize::from(self.in_flight) < self.max_tokens
     }
+}
+
+/// Chooses the next prefill pass from `waiting` prompts (sequence, tokens
+/// left, job id) as (sequence, chunk) pairs: shortest remaining prompt
+/// first, so short requests get their first token soon even while a long
+/// prompt is being read, at most `most` tokens a chunk and `budget` in all.
+/// With `batch`, further prompts join the pass, in the same order, while
+/// the padded pass (rows × widest chunk) stays within the budget: a pass
+/// reads the weights once however many rows it has.
+fn plan_prefill(
+    mut waiting: Vec<(usize, usize, u64)>,
+    most: usize,
+    budget: usize,
+    batch: bool,
+) -> Vec<(usize, usize)> {
+    waiting.sort_by_key(|&(_, remaining, id)| (remaining, id));
+    let most = most.max(1);
+    let mut chunks = Vec::new();
+    let mut width = 0;
+    for (i, remaining, _) in waiting {
+        if chunks.is_empty() {
+            width = remaining.min(most).min(budget);
+            chunks.push((i, width));
+            if !batch {
+                break;
+            }
+            continue;
+        }
+        let chunk = remaining.min(most);
+        let wider = width.max(chunk);
+        if (chunks.len() + 1) * wider > budget {
+            break;
+        }
+        width = wider;
+        chunks.push((i, chunk));
+    }
+    chunks
 }
 
 /// A decode step whose sampled tokens are still on the device.
@@ -503,23 +542,18 @@ impl EngineLoop {
             if prefill_tokens > 0 && self.take_commands() {
                 self.admit();
             }
-            // Shortest remaining prompt first: short requests get their
-            // first token soon even while a long prompt is being read.
-            let Some(i) = self
-                .running
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| !s.decoding())
-                .min_by_key(|(_, s)| (s.prompt_len - s.prefilled, s.sub.id))
-                .map(|(i, _)| i)
-            else {
+            let chunks = self.next_prefill(budget);
+            let Some(&(i, chunk)) = chunks.first() else {
                 break;
             };
-            let remaining = self.running[i].prompt_len - self.running[i].prefilled;
-            let chunk = remaining.min(self.config.prefill_chunk.max(1)).min(budget);
-            self.prefill_chunk(i, chunk)?;
-            budget -= chunk;
-            prefill_tokens += chunk;
+            let cost = if chunks.len() == 1 {
+                self.prefill_chunk(i, chunk)?;
+                chunk
+            } else {
+                self.prefill_batch(&chunks)?
+            };
+            budget = budget.saturating_sub(cost);
+            prefill_tokens += chunks.iter().map(|&(_, c)| c).sum::<usize>();
         }
         let mut stats = self.decode_step()?;
         stats.prefill_tokens = prefill_tokens;
@@ -664,6 +698,74 @@ impl EngineLoop {
             self.emit(i, s);
         }
         Ok(())
+    }
+
+    /// The prompt chunks of the next prefill pass within `budget` tokens, as
+    /// (sequence, tokens); see [`plan_prefill`].
+    fn next_prefill(&self, budget: usize) -> Vec<(usize, usize)> {
+        let waiting: Vec<(usize, usize, u64)> = self
+            .running
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.decoding())
+            .map(|(i, s)| (i, s.prompt_len - s.prefilled, s.sub.id))
+            .collect();
+        plan_prefill(
+            waiting,
+            self.config.prefill_chunk,
+            budget,
+            self.config.batch_prefill,
+        )
+    }
+
+    /// One forward pass over prompt chunks of several sequences
+    /// (`(sequence, tokens)`, see [`hearth_models::PrefillBatch`]); samples
+    /// the first token of each whose prompt it completes. Returns the
+    /// tokens the pass computed, padding included.
+    fn prefill_batch(&mut self, chunks: &[(usize, usize)]) -> anyhow::Result<usize> {
+        let parts: Vec<PrefillChunk> = chunks
+            .iter()
+            .map(|&(i, len)| PrefillChunk {
+                row: self.running[i].row,
+                start: self.running[i].prefilled,
+                len,
+            })
+            .collect();
+        let batch = PrefillBatch::new(
+            self.shape,
+            self.info.config.num_key_value_heads,
+            parts.clone(),
+        )?;
+        let width = batch.width();
+        let mut ids = vec![0i32; chunks.len() * width];
+        for (k, part) in parts.iter().enumerate() {
+            let i = chunks[k].0;
+            let prompt = &self.running[i].sub.job.prompt_tokens[part.start..part.start + part.len];
+            ids[k * width..k * width + part.len]
+                .iter_mut()
+                .zip(prompt)
+                .for_each(|(slot, &t)| *slot = t as i32);
+        }
+        let ids = Array::from_slice(&ids, &[chunks.len() as i32, width as i32]);
+        let mut views = BatchKv::prefill_batch_views(&mut self.kv, &batch);
+        let logits = self.model.forward(&ids, &mut views, true)?;
+        drop(views);
+        let logits = logits.reshape(&[chunks.len() as i32, -1])?;
+        let mut arrays: Vec<&Array> = self.kv.iter().flat_map(BatchKv::arrays).collect();
+        arrays.push(&logits);
+        transforms::eval(arrays)?;
+        for (k, (&(i, len), part)) in chunks.iter().zip(&parts).enumerate() {
+            let seq = &mut self.running[i];
+            seq.prefilled += len;
+            seq.fed = part.start + len;
+            self.prefix_snapshot(i, part.start)?;
+            if part.start + len == self.running[i].prompt_len {
+                let row = logits.index(k as i32..k as i32 + 1);
+                let sampled = self.running[i].sampler.sample(&row)?;
+                self.emit(i, sampled);
+            }
+        }
+        Ok(chunks.len() * width)
     }
 
     /// Feeds `chunk` prompt tokens of sequence `i`; samples its first token
@@ -853,5 +955,38 @@ impl EngineLoop {
             .sum();
         let allocated: usize = self.kv.iter().map(BatchKv::nbytes).sum();
         self.metrics.set_kv(used, allocated);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_prefill;
+
+    #[test]
+    fn prefill_passes_take_short_prompts_first_and_batch_within_the_budget() {
+        // (sequence, tokens left, job id)
+        let waiting = vec![
+            (0, 300, 1),
+            (1, 128, 2),
+            (2, 120, 3),
+            (3, 128, 0),
+            (4, 5, 4),
+        ];
+        // One chunk a pass without batching: the shortest prompt.
+        assert_eq!(plan_prefill(waiting.clone(), 512, 1024, false), [(4, 5)]);
+        // Batched: shortest first (ties by job id), while rows × widest
+        // chunk fits 1024; the 300-token prompt would make 5 × 300.
+        assert_eq!(
+            plan_prefill(waiting.clone(), 512, 1024, true),
+            [(4, 5), (2, 120), (3, 128), (1, 128)]
+        );
+        // Chunks are capped at `most`, and the first at the budget.
+        assert_eq!(plan_prefill(vec![(0, 900, 0)], 512, 1024, true), [(0, 512)]);
+        assert_eq!(plan_prefill(vec![(0, 900, 0)], 512, 100, true), [(0, 100)]);
+        assert_eq!(
+            plan_prefill(vec![(0, 900, 0), (1, 700, 1)], 512, 1024, true),
+            [(1, 512), (0, 512)]
+        );
+        assert!(plan_prefill(Vec::new(), 512, 1024, true).is_empty());
     }
 }

@@ -63,6 +63,13 @@ pub struct SchedulerConfig {
     /// Counted inside the KV budget: entries are evicted when running
     /// sequences need the memory.
     pub prefix_cache_bytes: Option<usize>,
+    /// Prompt chunks of several sequences share one forward pass (rows
+    /// right-padded to the widest chunk) while the padded pass fits the
+    /// step's token budget, instead of a pass per chunk: each pass reads
+    /// all the weights, so on a GPU 8 prompts of 128 tokens cost about one
+    /// pass instead of eight (docs/scheduler.md). On by default;
+    /// `HEARTH_BATCH_PREFILL=off` turns it off (for A/B runs).
+    pub batch_prefill: bool,
 }
 
 /// Share of the KV budget the prefix cache may hold by default.
@@ -103,6 +110,7 @@ impl Default for SchedulerConfig {
             pipeline_decode: backend != "cpu",
             warmup: backend != "cpu",
             prefix_cache_bytes: None,
+            batch_prefill: std::env::var("HEARTH_BATCH_PREFILL").map_or(true, |v| v != "off"),
         }
     }
 }

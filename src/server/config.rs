@@ -63,6 +63,10 @@ pub struct ServerSettings {
     pub pipeline_decode: bool,
     /// Warm-up batches at load (on by default on a GPU; docs/scheduler.md).
     pub warmup: bool,
+    /// Prompt chunks of several requests in one forward pass
+    /// (docs/scheduler.md); off only for comparisons.
+    #[serde(alias = "batch-prefill")]
+    pub batch_prefill: bool,
     /// Prefix cache size in MiB, inside the KV budget; `None` = a quarter of
     /// the KV budget, 0 = off (docs/prefix-cache.md).
     #[serde(alias = "prefix-cache-mb")]
@@ -110,6 +114,7 @@ impl Default for ServerSettings {
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
             warmup: scheduler.warmup,
+            batch_prefill: scheduler.batch_prefill,
             prefix_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
@@ -304,6 +309,7 @@ impl ServerSettings {
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
             warmup: self.warmup,
+            batch_prefill: self.batch_prefill,
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
