@@ -206,7 +206,6 @@ impl CacheView<'_> {
     pub fn mask(&self) -> Option<&Array> {
         match self {
             CacheView::Decode { step, .. } => step.mask(),
-            CacheView::PrefillBatch { batch, .. } => Some(&batch.mask),
             _ => None,
         }
     }
@@ -218,6 +217,16 @@ impl CacheView<'_> {
     pub fn padding(&self) -> Option<(&Array, &Array)> {
         match self {
             CacheView::PrefillBatch { batch, .. } => Some((&batch.valid, &batch.lens)),
+            _ => None,
+        }
+    }
+
+    /// For a batched prefill, its chunks in input order (after
+    /// [`CacheView::update_and_fetch`], which then returns the whole
+    /// buffers: each chunk attends to its own row's keys).
+    pub fn prefill_chunks(&self) -> Option<&[PrefillChunk]> {
+        match self {
+            CacheView::PrefillBatch { batch, .. } => Some(&batch.chunks),
             _ => None,
         }
     }
@@ -324,7 +333,8 @@ impl CacheView<'_> {
     }
 
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) and returns what
-    /// the new tokens attend to.
+    /// the new tokens attend to (for a batched prefill, the whole buffers:
+    /// see [`CacheView::prefill_chunks`]).
     pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
         match self {
             CacheView::Single(c) => c.update_and_fetch(keys, values),
@@ -494,8 +504,6 @@ impl DecodeStep {
 
 /// A batched prefill's input width is a multiple of this.
 pub const PREFILL_WIDTH_STEP: usize = 16;
-/// A batched prefill attends over a multiple of this many keys (masked).
-pub const PREFILL_KEYS_STEP: usize = 64;
 
 /// One prompt chunk of a batched prefill: `len` tokens of batch row `row`,
 /// written at positions `start..start + len`.
@@ -509,8 +517,10 @@ pub struct PrefillChunk {
 /// Prompt chunks of several rows in one forward pass. The input is
 /// `[n, width]`: chunk `i` in row `i`, right-padded to the widest chunk.
 /// Padding is computed but never stored: only real tokens are written to
-/// the KV buffers, attention masks each query to its own row's keys up to
-/// its position, linear-attention layers give padding no weight
+/// the KV buffers, attention runs per chunk, causal over its own row's
+/// keys (the shapes a pass per chunk has: a backend that builds a kernel
+/// per shape, cuDNN on CUDA, builds no new ones), linear-attention layers
+/// give padding no weight
 /// ([`CacheView::padding`]), and logits are read at each row's last real
 /// token ([`CacheView::last_tokens`]). One pass reads the weights once for
 /// all rows, where a pass per chunk reads them once per chunk.
@@ -530,15 +540,11 @@ pub struct PrefillBatch {
     last: Array,
     /// `[n]` bool: chunks at position 0; `None` when there is none.
     fresh: Option<Array>,
-    /// `[n, 1, width, kv_len]` bool: query `j` of chunk `i` sees keys
-    /// `0..=start_i + j` of its row.
-    mask: Array,
     /// Real tokens' places in the new keys flattened to
     /// `[n * kv_heads * width, D]`, and in the buffers flattened to
     /// `[rows * kv_heads * capacity, D]`.
     src_index: Array,
     dst_index: Array,
-    kv_len: usize,
 }
 
 impl PrefillBatch {
@@ -546,17 +552,12 @@ impl PrefillBatch {
     /// fits `shape`.
     pub fn new(shape: BatchShape, kv_heads: usize, chunks: Vec<PrefillChunk>) -> Result<Self> {
         let n = chunks.len();
-        // Widths and key counts rounded up (to 16 and 64), so prompts of
-        // nearby lengths share one shape: a backend that builds a kernel
-        // or graph per shape (cuDNN's attention on CUDA) builds few.
+        // The width rounded up, so prompts of nearby lengths share shapes.
         let width = chunks.iter().map(|c| c.len).max().unwrap_or(1);
         let width = width.next_multiple_of(PREFILL_WIDTH_STEP);
-        let kv_len = chunks.iter().map(|c| c.start + c.len).max().unwrap_or(1);
-        debug_assert!(chunks.iter().all(|c| c.len > 0 && c.row < shape.rows));
-        debug_assert!(kv_len <= shape.capacity);
-        let kv_len = kv_len
-            .next_multiple_of(PREFILL_KEYS_STEP)
-            .min(shape.capacity);
+        debug_assert!(chunks
+            .iter()
+            .all(|c| c.len > 0 && c.row < shape.rows && c.start + c.len <= shape.capacity));
         let ints = |f: &dyn Fn(&PrefillChunk) -> usize| -> Array {
             let v: Vec<i32> = chunks.iter().map(|c| f(c) as i32).collect();
             Array::from_slice(&v, &[n as i32])
@@ -577,12 +578,6 @@ impl PrefillBatch {
             let f: Vec<bool> = chunks.iter().map(|c| c.start == 0).collect();
             Array::from_slice(&f, &[n as i32])
         });
-        // Built on the device: the host never holds n * width * kv_len.
-        let keys = ops::arange::<_, i32>(0, kv_len as i32, None)?.reshape(&[1, 1, 1, -1])?;
-        let queries = ops::arange::<_, i32>(0, width as i32, None)?
-            .reshape(&[1, 1, -1, 1])?
-            .add(starts.reshape(&[-1, 1, 1, 1])?)?;
-        let mask = keys.le(&queries)?;
         Ok(PrefillBatch {
             shape,
             width,
@@ -591,11 +586,9 @@ impl PrefillBatch {
             last: ints(&|c| c.len - 1).reshape(&[n as i32, 1, 1])?,
             valid: Array::from_slice(&valid, &[n as i32, width as i32, 1]),
             fresh,
-            mask,
             src_index: Array::from_slice(&src, &[src.len() as i32]),
             dst_index: Array::from_slice(&dst, &[dst.len() as i32]),
             starts,
-            kv_len,
             chunks,
         })
     }
@@ -871,11 +864,7 @@ impl BatchKv {
         let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
         let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
         let v = write(self.values.take().ok_or_else(missing)?, values)?;
-        let len = batch.kv_len as i32;
-        let out = (
-            k.take_axis(&batch.row_index, 0)?.index((.., .., ..len, ..)),
-            v.take_axis(&batch.row_index, 0)?.index((.., .., ..len, ..)),
-        );
+        let out = (k.clone(), v.clone());
         self.keys = Some(k);
         self.values = Some(v);
         Ok(out)

@@ -474,6 +474,9 @@ pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) ->
             return crate::cuda_attn::decode(q, keys, values, lens, kv_len, scale, None);
         }
     }
+    if let Some(chunks) = cache.prefill_chunks() {
+        return attend_chunks(q, k, v, scale, chunks);
+    }
     Ok(match cache.mask() {
         Some(mask) => fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?,
         None if q.dim(2) > 1 => fast::scaled_dot_product_attention(
@@ -486,6 +489,41 @@ pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) ->
         )?,
         None => fast::scaled_dot_product_attention(q, k, v, scale, None, None)?,
     })
+}
+
+/// A batched prefill's attention: `q` is `[n, heads, width, D]`, chunk `i`
+/// in row `i` (right-padded), `k`/`v` the whole batch buffers. Each chunk
+/// attends causally to its own row's keys up to its end: the attention of
+/// a pass per chunk, at its shapes. Padded queries give 0.
+fn attend_chunks(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    chunks: &[crate::cache::PrefillChunk],
+) -> Result<Array> {
+    let (heads, width, dim) = (q.dim(1), q.dim(2), q.dim(3));
+    let mut rows = Vec::with_capacity(chunks.len());
+    for (i, c) in chunks.iter().enumerate() {
+        let (i, row) = (i as i32, c.row as i32);
+        let (len, end) = (c.len as i32, (c.start + c.len) as i32);
+        let qi = q.index((i..i + 1, .., ..len, ..));
+        let ki = k.index((row..row + 1, .., ..end, ..));
+        let vi = v.index((row..row + 1, .., ..end, ..));
+        let out = if len > 1 {
+            let causal = ScaledDotProductAttentionMask::Causal;
+            fast::scaled_dot_product_attention(&qi, &ki, &vi, scale, causal, None)?
+        } else {
+            fast::scaled_dot_product_attention(&qi, &ki, &vi, scale, None, None)?
+        };
+        rows.push(if len < width {
+            let pad = ops::zeros_dtype(&[1, heads, width - len, dim], out.dtype())?;
+            ops::concatenate(&[out, pad], 2)?
+        } else {
+            out
+        });
+    }
+    Ok(ops::concatenate(&rows, 0)?)
 }
 
 /// Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm.
