@@ -89,6 +89,9 @@ enum DevCommand {
     /// Time batched decode steps in-process by row count (no scheduler,
     /// sampling or HTTP): the model's own step-time scaling.
     DecodeBench(hearth::tools::decode_bench::Options),
+    /// Time prompt chunks of several sequences in-process: a pass per
+    /// chunk, one batched pass, and all tokens as one chunk.
+    PrefillBench(hearth::tools::prefill_bench::Options),
     /// Count the MLX primitives one decoding step builds, by name (the host
     /// work per token on a GPU; compare with bench/step_ops_mlx_lm.py).
     StepOps {
@@ -224,6 +227,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Dev(DevCommand::GemvBench) => gemv_bench(),
         Command::Dev(DevCommand::AttnBench) => attn_bench(),
         Command::Dev(DevCommand::DecodeBench(opts)) => hearth::tools::decode_bench::run(&opts),
+        Command::Dev(DevCommand::PrefillBench(opts)) => hearth::tools::prefill_bench::run(&opts),
         Command::Dev(DevCommand::StepOps {
             model,
             prompt_tokens,

@@ -13,6 +13,8 @@
 #      and variant (H200_DECODE_ARGS: its extra arguments, e.g. --gemv lists;
 #      H200_DECODE_PREFIX: a command in front, e.g. taskset -c 0-3);
 #      H200_SWEEP_MODELS: the models whose servers are measured (default all);
+#      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
+#      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -142,6 +144,14 @@ EOF
           ${H200_DECODE_ARGS:-} 2>/dev/null | tee -a "$OUT/inproc.md" || echo "decode-bench exit $?"
       done
       stamp "$name: decode bench done"
+    fi
+    if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then
+      for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do
+        echo "### prefill-bench $name $pt" | tee -a "$OUT/inproc.md"
+        timeout 200 $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
+          --tokens "${pt#*x}" 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
+      done
+      stamp "$name: prefill bench done"
     fi
     [[ ",${H200_SWEEP_MODELS:-$name}," == *",$name,"* ]] || continue
     # Hearth variants ("name:ENV=VAL,ENV=VAL;..."), each its own server, all

@@ -3,4 +3,5 @@
 pub mod convert;
 pub mod decode_bench;
 pub mod dummy;
+pub mod prefill_bench;
 pub mod step_ops;

@@ -1,0 +1,127 @@
+//! `hearth dev prefill-bench`: what prompt chunks of several sequences cost
+//! in-process, read one pass per chunk, in one batched pass
+//! ([`hearth_models::PrefillBatch`]), and as one chunk of all their tokens
+//! (the same tokens in a single row: what batching could at best reach).
+//! No scheduler, sampling or HTTP; the three take turns each round, so a
+//! machine's drift reaches them alike.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hearth_models::{BatchKv, BatchShape, Model, PrefillBatch, PrefillChunk};
+use mlx_rs::Array;
+
+/// Options of one run (`hearth dev prefill-bench`).
+#[derive(clap::Args)]
+pub struct Options {
+    #[arg(long)]
+    pub model: std::path::PathBuf,
+    /// Prompts read together (one row each).
+    #[arg(long, default_value_t = 7)]
+    pub prompts: usize,
+    /// Tokens per prompt.
+    #[arg(long, default_value_t = 136)]
+    pub tokens: usize,
+    /// Timed rounds after a warm-up round.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+}
+
+fn fresh(model: &Model) -> Vec<BatchKv> {
+    (0..model.num_layers()).map(|_| BatchKv::new()).collect()
+}
+
+fn eval(kv: &[BatchKv], logits: &Array) -> Result<()> {
+    let mut all: Vec<&Array> = kv.iter().flat_map(BatchKv::arrays).collect();
+    all.push(logits);
+    Ok(mlx_rs::transforms::eval(all)?)
+}
+
+/// Prints a Markdown table: p50 milliseconds and prompt tokens per second.
+pub fn run(opts: &Options) -> Result<()> {
+    let loaded = hearth_models::load(&opts.model)
+        .with_context(|| format!("loading {}", opts.model.display()))?;
+    crate::device::enable_cuda_kernels();
+    let m = &loaded.model;
+    let kv_heads = m.config.num_key_value_heads;
+    let vocab = m.config.vocab_size as i32;
+    let (n, len) = (opts.prompts.max(1), opts.tokens.max(1));
+    let ids = |row: usize, count: usize| -> Vec<i32> {
+        (0..count)
+            .map(|i| ((i * 7 + row * 13) as i32 % vocab).max(1))
+            .collect()
+    };
+    let shape = BatchShape {
+        rows: n,
+        capacity: (n * len).div_ceil(256) * 256,
+    };
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for round in 0..=opts.rounds {
+        // One pass per chunk.
+        let mut kv = fresh(m);
+        let started = Instant::now();
+        for row in 0..n {
+            let x = Array::from_slice(&ids(row, len), &[1, len as i32]);
+            let mut views = BatchKv::prefill_views(&mut kv, shape, row, 0);
+            let logits = m.forward(&x, &mut views, true)?;
+            drop(views);
+            eval(&kv, &logits)?;
+        }
+        let seq = started.elapsed();
+        // One batched pass.
+        let mut kv = fresh(m);
+        let started = Instant::now();
+        let chunks = (0..n)
+            .map(|row| PrefillChunk { row, start: 0, len })
+            .collect();
+        let batch = PrefillBatch::new(shape, kv_heads, chunks)?;
+        let width = batch.width();
+        let mut x = vec![0i32; n * width];
+        for row in 0..n {
+            x[row * width..row * width + len].copy_from_slice(&ids(row, len));
+        }
+        let x = Array::from_slice(&x, &[n as i32, width as i32]);
+        let mut views = BatchKv::prefill_batch_views(&mut kv, &batch);
+        let logits = m.forward(&x, &mut views, true)?;
+        drop(views);
+        eval(&kv, &logits)?;
+        let batched = started.elapsed();
+        // All the tokens as one chunk of one row.
+        let mut kv = fresh(m);
+        let started = Instant::now();
+        let x = Array::from_slice(&ids(0, n * len), &[1, (n * len) as i32]);
+        let mut views = BatchKv::prefill_views(&mut kv, shape, 0, 0);
+        let logits = m.forward(&x, &mut views, true)?;
+        drop(views);
+        eval(&kv, &logits)?;
+        let one = started.elapsed();
+        if round > 0 {
+            for (t, d) in times.iter_mut().zip([seq, batched, one]) {
+                t.push(d.as_secs_f64() * 1e3);
+            }
+        }
+    }
+    println!(
+        "{}: {n} prompts of {len} tokens, p50 of {} rounds\n",
+        opts.model.display(),
+        opts.rounds
+    );
+    println!("| pass | ms p50 | prompt tokens/s | vs a pass per chunk |");
+    println!("|---|---:|---:|---:|");
+    let p50 = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let base = p50(&mut times[0].clone());
+    let names = [
+        "a pass per chunk".to_string(),
+        "one batched pass".to_string(),
+        format!("one chunk of {} tokens", n * len),
+    ];
+    for (name, t) in names.iter().zip(times.iter_mut()) {
+        let ms = p50(t);
+        let rate = (n * len) as f64 / (ms / 1e3);
+        println!("| {name} | {ms:.1} | {rate:.0} | {:.2}x |", base / ms);
+    }
+    Ok(())
+}
