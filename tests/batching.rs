@@ -67,6 +67,18 @@ fn prompts(tokenizer: &hearth_models::Tokenizer) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// A dummy checkpoint of `arch` at `shape` (f32, the Qwen3 tokenizer) in `dir`.
+fn dummy(dir: &Path, arch: &str, shape: &str, seed: u64) {
+    let spec = DummySpec {
+        arch: arch.into(),
+        shape: DummyShape::parse(shape).unwrap(),
+        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
+        dtype: Dtype::Float32,
+        seed,
+    };
+    write_dummy_model(&spec, dir).unwrap();
+}
+
 fn check_batched_equals_alone(model: &Path, config: SchedulerConfig, n: usize) {
     check_batched_equals_alone_with(model, config, n, |_| SamplingParams::default());
 }
@@ -141,14 +153,7 @@ fn real_model_batched_equals_alone() {
 #[test]
 fn dummy_qwen3_batched_equals_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = DummySpec {
-        arch: "qwen3".into(),
-        shape: DummyShape::parse("tiny,layers=3").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 3,
-    };
-    write_dummy_model(&spec, dir.path()).unwrap();
+    dummy(dir.path(), "qwen3", "tiny,layers=3", 3);
     let config = SchedulerConfig {
         max_running: 4, // fewer rows than jobs: some wait in the queue
         prefill_chunk: 8,
@@ -201,14 +206,7 @@ fn real_model_mixed_sampling_batched_equals_alone() {
 #[test]
 fn dummy_qwen3_5_batched_equals_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = DummySpec {
-        arch: "qwen3_5".into(),
-        shape: DummyShape::parse("qwen3.5-tiny").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 5,
-    };
-    write_dummy_model(&spec, dir.path()).unwrap();
+    dummy(dir.path(), "qwen3_5", "qwen3.5-tiny", 5);
     let config = SchedulerConfig {
         max_running: 4,
         prefill_chunk: 8,
@@ -379,13 +377,6 @@ fn real_model_prefill_batch_matches_a_pass_per_chunk() {
 #[test]
 fn dummy_qwen3_5_prefill_batch_matches_a_pass_per_chunk() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = DummySpec {
-        arch: "qwen3_5".into(),
-        shape: DummyShape::parse("qwen3.5-tiny").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 6,
-    };
-    write_dummy_model(&spec, dir.path()).unwrap();
+    dummy(dir.path(), "qwen3_5", "qwen3.5-tiny", 6);
     check_prefill_batch_matches_a_pass_per_chunk(dir.path());
 }

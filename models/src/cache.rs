@@ -11,7 +11,8 @@
 //! A decode step writes every row's new token at that row's own position
 //! with one scatter and attends over `[0, max position]` with a per-row mask
 //! (none when every row is at the same position: one row, say);
-//! a prefill chunk writes one row in place. Rows never move: a sequence
+//! a prefill chunk writes one row in place, and a batched prefill
+//! ([`PrefillBatch`]) writes several rows' chunks with one scatter. Rows never move: a sequence
 //! keeps its row for life, and rows without a decoding sequence ride along
 //! in the batch as passengers whose outputs are ignored (see
 //! docs/scheduler.md). [`CacheView`] tells a layer which of these it is
@@ -517,13 +518,13 @@ pub struct PrefillChunk {
 /// Prompt chunks of several rows in one forward pass. The input is
 /// `[n, width]`: chunk `i` in row `i`, right-padded to the widest chunk.
 /// Padding is computed but never stored: only real tokens are written to
-/// the KV buffers, attention runs per chunk, causal over its own row's
-/// keys (the shapes a pass per chunk has: a backend that builds a kernel
-/// per shape, cuDNN on CUDA, builds no new ones), linear-attention layers
-/// give padding no weight
-/// ([`CacheView::padding`]), and logits are read at each row's last real
-/// token ([`CacheView::last_tokens`]). One pass reads the weights once for
-/// all rows, where a pass per chunk reads them once per chunk.
+/// the KV buffers; attention runs per chunk, causal over its own row's keys
+/// ([`CacheView::prefill_chunks`]: the shapes a pass per chunk has, so a
+/// backend that builds a kernel per shape, cuDNN on CUDA, builds no new
+/// ones); linear-attention layers give padding no weight
+/// ([`CacheView::padding`]); logits are read at each row's last real token
+/// ([`CacheView::last_tokens`]). One pass reads the weights once for all
+/// rows, where a pass per chunk reads them once per chunk.
 pub struct PrefillBatch {
     shape: BatchShape,
     chunks: Vec<PrefillChunk>,

@@ -16,7 +16,8 @@ use std::{
 
 use anyhow::Context;
 use hearth_models::{
-    BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch, PrefillChunk,
+    cache::PREFILL_WIDTH_STEP, BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch,
+    PrefillChunk,
 };
 use mlx_rs::{ops::indexing::IndexOp, transforms, Array};
 
@@ -204,8 +205,9 @@ impl Sequence {
 /// first, so short requests get their first token soon even while a long
 /// prompt is being read, at most `most` tokens a chunk and `budget` in all.
 /// With `batch`, further prompts join the pass, in the same order, while
-/// the padded pass (rows × widest chunk) stays within the budget: a pass
-/// reads the weights once however many rows it has.
+/// the padded pass (rows × widest chunk, rounded up as [`PrefillBatch`]
+/// pads it) stays within the budget: a pass reads the weights once however
+/// many rows it has.
 fn plan_prefill(
     mut waiting: Vec<(usize, usize, u64)>,
     most: usize,
@@ -227,7 +229,7 @@ fn plan_prefill(
         }
         let chunk = remaining.min(most);
         let wider = width.max(chunk);
-        if (chunks.len() + 1) * wider > budget {
+        if (chunks.len() + 1) * wider.next_multiple_of(PREFILL_WIDTH_STEP) > budget {
             break;
         }
         width = wider;
@@ -975,7 +977,8 @@ mod tests {
         // One chunk a pass without batching: the shortest prompt.
         assert_eq!(plan_prefill(waiting.clone(), 512, 1024, false), [(4, 5)]);
         // Batched: shortest first (ties by job id), while rows × widest
-        // chunk fits 1024; the 300-token prompt would make 5 × 300.
+        // chunk (padded to 16) fits 1024; the 300-token prompt would make
+        // 5 × 304.
         assert_eq!(
             plan_prefill(waiting.clone(), 512, 1024, true),
             [(4, 5), (2, 120), (3, 128), (1, 128)]
@@ -987,6 +990,9 @@ mod tests {
             plan_prefill(vec![(0, 900, 0), (1, 700, 1)], 512, 1024, true),
             [(1, 512), (0, 512)]
         );
+        // Seven 136-token prompts pad to 144: 7 × 144 fits, 8 would not.
+        let seven: Vec<_> = (0..8).map(|i| (i, 136, i as u64)).collect();
+        assert_eq!(plan_prefill(seven, 512, 1024, true).len(), 7);
         assert!(plan_prefill(Vec::new(), 512, 1024, true).is_empty());
     }
 }

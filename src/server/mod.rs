@@ -338,6 +338,9 @@ pub struct ServeArgs {
     /// Skip the warm-up batches at load [default: warm up on a GPU, not on a CPU] (docs/scheduler.md).
     #[arg(long)]
     pub no_warmup: bool,
+    /// Read each prompt chunk in its own forward pass instead of batching several prompts' chunks into one (docs/scheduler.md).
+    #[arg(long)]
+    pub no_batch_prefill: bool,
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
@@ -407,6 +410,9 @@ impl ServeArgs {
         }
         if self.no_warmup {
             s.warmup = false;
+        }
+        if self.no_batch_prefill {
+            s.batch_prefill = false;
         }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);

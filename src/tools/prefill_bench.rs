@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use hearth_models::{BatchKv, BatchShape, Model, PrefillBatch, PrefillChunk};
+use hearth_models::{BatchKv, BatchShape, CacheView, Model, PrefillBatch, PrefillChunk};
 use mlx_rs::Array;
 
 /// Options of one run (`hearth dev prefill-bench`).
@@ -29,6 +29,11 @@ pub struct Options {
 
 fn fresh(model: &Model) -> Vec<BatchKv> {
     (0..model.num_layers()).map(|_| BatchKv::new()).collect()
+}
+
+/// One forward pass through `views` (dropped after, so the buffers can be read).
+fn forward(model: &Model, x: &Array, mut views: Vec<CacheView>) -> Result<Array> {
+    Ok(model.forward(x, &mut views, true)?)
 }
 
 fn eval(kv: &[BatchKv], logits: &Array) -> Result<()> {
@@ -62,9 +67,7 @@ pub fn run(opts: &Options) -> Result<()> {
         let started = Instant::now();
         for row in 0..n {
             let x = Array::from_slice(&ids(row, len), &[1, len as i32]);
-            let mut views = BatchKv::prefill_views(&mut kv, shape, row, 0);
-            let logits = m.forward(&x, &mut views, true)?;
-            drop(views);
+            let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, row, 0))?;
             eval(&kv, &logits)?;
         }
         let seq = started.elapsed();
@@ -81,18 +84,14 @@ pub fn run(opts: &Options) -> Result<()> {
             x[row * width..row * width + len].copy_from_slice(&ids(row, len));
         }
         let x = Array::from_slice(&x, &[n as i32, width as i32]);
-        let mut views = BatchKv::prefill_batch_views(&mut kv, &batch);
-        let logits = m.forward(&x, &mut views, true)?;
-        drop(views);
+        let logits = forward(m, &x, BatchKv::prefill_batch_views(&mut kv, &batch))?;
         eval(&kv, &logits)?;
         let batched = started.elapsed();
         // All the tokens as one chunk of one row.
         let mut kv = fresh(m);
         let started = Instant::now();
         let x = Array::from_slice(&ids(0, n * len), &[1, (n * len) as i32]);
-        let mut views = BatchKv::prefill_views(&mut kv, shape, 0, 0);
-        let logits = m.forward(&x, &mut views, true)?;
-        drop(views);
+        let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, 0, 0))?;
         eval(&kv, &logits)?;
         let one = started.elapsed();
         if round > 0 {
