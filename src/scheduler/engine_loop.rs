@@ -733,15 +733,10 @@ impl EngineLoop {
                 len,
             })
             .collect();
-        let batch = PrefillBatch::new(
-            self.shape,
-            self.info.config.num_key_value_heads,
-            parts.clone(),
-        )?;
+        let batch = PrefillBatch::new(self.shape, self.info.config.num_key_value_heads, parts)?;
         let width = batch.width();
         let mut ids = vec![0i32; chunks.len() * width];
-        for (k, part) in parts.iter().enumerate() {
-            let i = chunks[k].0;
+        for (k, (&(i, _), part)) in chunks.iter().zip(batch.chunks()).enumerate() {
             let prompt = &self.running[i].sub.job.prompt_tokens[part.start..part.start + part.len];
             ids[k * width..k * width + part.len]
                 .iter_mut()
@@ -756,12 +751,12 @@ impl EngineLoop {
         let mut arrays: Vec<&Array> = self.kv.iter().flat_map(BatchKv::arrays).collect();
         arrays.push(&logits);
         transforms::eval(arrays)?;
-        for (k, (&(i, len), part)) in chunks.iter().zip(&parts).enumerate() {
+        for (k, (&(i, _), part)) in chunks.iter().zip(batch.chunks()).enumerate() {
             let seq = &mut self.running[i];
-            seq.prefilled += len;
-            seq.fed = part.start + len;
+            seq.prefilled += part.len;
+            seq.fed = part.start + part.len;
             self.prefix_snapshot(i, part.start)?;
-            if part.start + len == self.running[i].prompt_len {
+            if part.start + part.len == self.running[i].prompt_len {
                 let row = logits.index(k as i32..k as i32 + 1);
                 let sampled = self.running[i].sampler.sample(&row)?;
                 self.emit(i, sampled);
