@@ -410,7 +410,6 @@ pub struct BatchShape {
 pub struct DecodeStep {
     shape: BatchShape,
     positions: Vec<usize>,
-    kv_heads: usize,
     /// Start position per row, `[n]` int32 (RoPE offsets).
     offsets: Array,
     /// Attention mask `[n, 1, 1, kv_len]`: row `i` sees `0..=positions[i]`;
@@ -446,7 +445,6 @@ impl DecodeStep {
         }
         DecodeStep {
             shape,
-            kv_heads,
             offsets: Array::from_slice(&offsets, &[n as i32]),
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
@@ -815,60 +813,64 @@ impl BatchKv {
         Ok(())
     }
 
+    /// Writes `updates(new)` (`[m, 1, D]`, for the keys and for the values)
+    /// at the flat positions `index` of both buffers, viewed as
+    /// `[rows * heads * capacity, D]`, after growing them to `shape`; returns
+    /// the updated buffers.
+    fn scatter_tokens(
+        &mut self,
+        shape: BatchShape,
+        keys: &Array,
+        values: &Array,
+        index: &Array,
+        updates: impl Fn(&Array) -> Result<Array>,
+    ) -> Result<(Array, Array)> {
+        self.fit(shape, keys)?;
+        let (heads, dim) = (keys.dim(1), keys.dim(3));
+        let (rows, capacity) = (shape.rows as i32, shape.capacity as i32);
+        let write = |buf: Array, new: &Array| -> Result<Array> {
+            let flat = buf.reshape(&[rows * heads * capacity, dim])?;
+            let flat = scatter_single(&flat, index, &updates(new)?, 0)?;
+            Ok(flat.reshape(&[rows, heads, capacity, dim])?)
+        };
+        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
+        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
+        let v = write(self.values.take().ok_or_else(missing)?, values)?;
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        Ok((k, v))
+    }
+
     fn decode_update(
         &mut self,
         step: &DecodeStep,
         keys: &Array,
         values: &Array,
     ) -> Result<(Array, Array)> {
-        self.fit(step.shape, keys)?;
         let n = step.rows() as i32;
-        let heads = step.kv_heads as i32;
-        let dim = keys.dim(3);
-        let BatchShape { rows, capacity } = step.shape;
-        let flat_len = (rows * step.kv_heads * capacity) as i32;
-        let write = |buf: Array, new: &Array| -> Result<Array> {
-            let flat = buf.reshape(&[flat_len, dim])?;
-            let updates = new.reshape(&[n * heads, 1, dim])?;
-            let flat = scatter_single(&flat, &step.flat_index, &updates, 0)?;
-            Ok(flat.reshape(&[rows as i32, heads, capacity as i32, dim])?)
-        };
-        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
-        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
-        let v = write(self.values.take().ok_or_else(missing)?, values)?;
+        let (heads, dim) = (keys.dim(1), keys.dim(3));
+        let (k, v) = self.scatter_tokens(step.shape, keys, values, &step.flat_index, |new| {
+            Ok(new.reshape(&[n * heads, 1, dim])?)
+        })?;
         let len = step.kv_len as i32;
-        let out = (k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..)));
-        self.keys = Some(k);
-        self.values = Some(v);
-        Ok(out)
+        Ok((k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..))))
     }
 
+    /// Writes a batched prefill's real tokens (not its padding); returns the
+    /// whole buffers (each chunk attends to its own row's keys).
     fn prefill_batch_update(
         &mut self,
         batch: &PrefillBatch,
         keys: &Array,
         values: &Array,
     ) -> Result<(Array, Array)> {
-        self.fit(batch.shape, keys)?;
         let (n, heads, width, dim) = (keys.dim(0), keys.dim(1), keys.dim(2), keys.dim(3));
-        let BatchShape { rows, capacity } = batch.shape;
-        let flat_len = rows as i32 * heads * capacity as i32;
-        let write = |buf: Array, new: &Array| -> Result<Array> {
-            let flat = buf.reshape(&[flat_len, dim])?;
-            let updates = new
+        self.scatter_tokens(batch.shape, keys, values, &batch.dst_index, |new| {
+            Ok(new
                 .reshape(&[n * heads * width, dim])?
                 .take_axis(&batch.src_index, 0)?
-                .expand_dims(1)?;
-            let flat = scatter_single(&flat, &batch.dst_index, &updates, 0)?;
-            Ok(flat.reshape(&[rows as i32, heads, capacity as i32, dim])?)
-        };
-        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
-        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
-        let v = write(self.values.take().ok_or_else(missing)?, values)?;
-        let out = (k.clone(), v.clone());
-        self.keys = Some(k);
-        self.values = Some(v);
-        Ok(out)
+                .expand_dims(1)?)
+        })
     }
 
     fn prefill_update(
