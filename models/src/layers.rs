@@ -477,17 +477,22 @@ pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) ->
     if let Some(chunks) = cache.prefill_chunks() {
         return attend_chunks(q, k, v, scale, chunks);
     }
-    Ok(match cache.mask() {
-        Some(mask) => fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?,
-        None if q.dim(2) > 1 => fast::scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            scale,
-            ScaledDotProductAttentionMask::Causal,
-            None,
-        )?,
-        None => fast::scaled_dot_product_attention(q, k, v, scale, None, None)?,
+    match cache.mask() {
+        Some(mask) => Ok(fast::scaled_dot_product_attention(
+            q, k, v, scale, mask, None,
+        )?),
+        None => attend_causal(q, k, v, scale),
+    }
+}
+
+/// Attention with no explicit mask: causal for several query tokens (the
+/// last `L` positions of the keys), nothing for one.
+fn attend_causal(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
+    Ok(if q.dim(2) > 1 {
+        let causal = ScaledDotProductAttentionMask::Causal;
+        fast::scaled_dot_product_attention(q, k, v, scale, causal, None)?
+    } else {
+        fast::scaled_dot_product_attention(q, k, v, scale, None, None)?
     })
 }
 
@@ -510,12 +515,7 @@ fn attend_chunks(
         let qi = q.index((i..i + 1, .., ..len, ..));
         let ki = k.index((row..row + 1, .., ..end, ..));
         let vi = v.index((row..row + 1, .., ..end, ..));
-        let out = if len > 1 {
-            let causal = ScaledDotProductAttentionMask::Causal;
-            fast::scaled_dot_product_attention(&qi, &ki, &vi, scale, causal, None)?
-        } else {
-            fast::scaled_dot_product_attention(&qi, &ki, &vi, scale, None, None)?
-        };
+        let out = attend_causal(&qi, &ki, &vi, scale)?;
         rows.push(if len < width {
             let pad = ops::zeros_dtype(&[1, heads, width - len, dim], out.dtype())?;
             ops::concatenate(&[out, pad], 2)?
