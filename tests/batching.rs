@@ -1,7 +1,8 @@
 //! Continuous batching is invisible in the output: greedy generations of many
 //! concurrent prompts (different lengths, joining at different times,
 //! prompts longer than a prefill chunk) equal the same prompts run alone; a
-//! cancelled job frees its row and the KV memory returns to zero.
+//! cancelled job frees its row and the KV memory returns to zero; an idle
+//! engine returns its cached buffers after the grace.
 
 mod common;
 
@@ -261,6 +262,57 @@ fn cancelling_frees_the_row_and_memory() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    scheduler.shutdown(Duration::from_secs(1));
+}
+
+/// An idle engine keeps the freed buffers cached for `idle_release`, so a
+/// request arriving within it allocates nothing, then returns them to the
+/// device once; a request after that still runs.
+#[test]
+fn idle_engine_returns_cached_buffers_after_the_grace() {
+    let grace = Duration::from_secs(2);
+    let scheduler = SchedulerHandle::start(
+        fixture("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        SchedulerConfig {
+            idle_release: grace,
+            ..SchedulerConfig::default()
+        },
+    )
+    .unwrap();
+    let tokens = scheduler.tokenizer().encode("Hello there.", true).unwrap();
+    let job = || Job {
+        prompt_tokens: tokens.clone(),
+        max_tokens: 4,
+        sampling: Default::default(),
+        stop_at_eos: false,
+    };
+    let (first, _, _) = collect(scheduler.submit(job()).unwrap());
+    let idle_since = std::time::Instant::now();
+    assert_eq!(scheduler.status().cache_releases, 0, "released at once");
+    // A request within the grace: served, and the cache is still held.
+    let (again, _, _) = collect(scheduler.submit(job()).unwrap());
+    assert_eq!(again.len(), first.len());
+    let idle_since_again = std::time::Instant::now();
+    assert_eq!(scheduler.status().cache_releases, 0);
+    assert!(idle_since.elapsed() < grace, "the test itself was too slow");
+    let deadline = idle_since_again + Duration::from_secs(20);
+    while scheduler.status().cache_releases == 0 {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waited = idle_since_again.elapsed();
+    assert!(
+        waited >= grace - Duration::from_millis(300),
+        "after {waited:?}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        scheduler.status().cache_releases,
+        1,
+        "released once per idle spell"
+    );
+    let (late, reason, _) = collect(scheduler.submit(job()).unwrap());
+    assert_eq!((late.len(), reason), (4, FinishReason::Length));
     scheduler.shutdown(Duration::from_secs(1));
 }
 

@@ -13,6 +13,9 @@
 #      and variant (H200_DECODE_ARGS: its extra arguments, e.g. --gemv lists;
 #      H200_DECODE_PREFIX: a command in front, e.g. taskset -c 0-3);
 #      H200_SWEEP_MODELS: the models whose servers are measured (default all);
+#      H200_NCU_DECODE: models whose decode step is profiled with Nsight
+#      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
+#      a variant's NCU_ROWS=... sets its own row counts);
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
@@ -144,6 +147,29 @@ EOF
           ${H200_DECODE_ARGS:-} 2>/dev/null | tee -a "$OUT/inproc.md" || echo "decode-bench exit $?"
       done
       stamp "$name: decode bench done"
+    fi
+    # Where a decode step's GPU time goes, by kernel and weight matrix
+    # (Nsight Compute, one run per variant and row count; bench/cuda/ncu_decode.py).
+    if [[ ",${H200_NCU_DECODE:-}," == *",$name,"* ]]; then
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+      mkdir -p /tmp/ncu
+      IFS=';' read -ra nvariants <<< "${H200_NCU_VARIANTS:-hearth:}"
+      for nv in "${nvariants[@]}"; do
+        variant "$nv"
+        rows_list=${H200_NCU_ROWS:-1 2 8}
+        for e in "${envs[@]}"; do [[ $e == NCU_ROWS=* ]] && rows_list=${e#NCU_ROWS=}; done
+        for r in $rows_list; do
+          log=/tmp/ncu/ncu-$name-$vname-r$r.csv
+          env "${envs[@]}" timeout "${H200_NCU_TIMEOUT:-150}" "$NCU" --clock-control none \
+            --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+            --log-file "$log" $H dev decode-bench --model "/tmp/$name" --rows "$r" --steps 4 \
+            --rounds 1 > /dev/null 2>&1 || echo "ncu $name $vname rows $r: exit $?"
+          stamp "$name: ncu $vname rows $r"
+        done
+      done
+      python3 bench/cuda/ncu_decode.py /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md"
+      tar -cJf "$OUT/ncu-$name.tar.xz" -C /tmp/ncu . || true
+      rm -rf /tmp/ncu
     fi
     if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then
       for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do

@@ -1,6 +1,9 @@
-"""Summarises HEARTH_STEP_TRACE files: decode-only step time by batch size."""
+"""Summarises HEARTH_STEP_TRACE files: decode-only step time by batch size,
+then the steps that read prompts, split into their parts (src/scheduler/trace.rs)."""
 import statistics
 import sys
+
+PARTS = ["prefill_us", "first_tokens_us", "decode_us", "deliver_us", "cache_mb"]
 
 
 def pct(values, q):
@@ -8,14 +11,15 @@ def pct(values, q):
 
 
 for path in sys.argv[1:]:
-    lines = [line.rstrip("\n").split("\t") for line in open(path)][1:]
-    rows = [list(map(int, r)) for r in lines if len(r) == 7]
+    lines = [line.rstrip("\n").split("\t") for line in open(path)]
+    header, body = lines[0], lines[1:]
+    rows = [dict(zip(header, map(int, r))) for r in body if len(r) == len(header)]
     print(f"== {path}: {len(rows)} steps")
     print("rows  steps  step_us p50   mean    p99     max   gap_us p50  mean  >50ms")
     by_rows = {}
-    for _t, step, gap, decode, prefill, _span, _pipe in rows:
-        if prefill == 0:
-            by_rows.setdefault(decode, []).append((step, gap))
+    for r in rows:
+        if r["prefill_tokens"] == 0:
+            by_rows.setdefault(r["decode_rows"], []).append((r["step_us"], r["gap_us"]))
     for decode in sorted(by_rows):
         steps = sorted(x[0] for x in by_rows[decode])
         gaps = sorted(x[1] for x in by_rows[decode])
@@ -24,6 +28,25 @@ for path in sys.argv[1:]:
             f"{decode:4d} {len(steps):6d}  {pct(steps, .5):11d} {int(statistics.mean(steps)):6d}"
             f" {pct(steps, .99):7d} {steps[-1]:7d}  {pct(gaps, .5):10d} {int(statistics.mean(gaps)):5d}  {slow:5d}"
         )
-    print("slowest steps: t_us step_us gap_us decode_rows prefill_tokens span pipelined")
-    for r in sorted(rows, key=lambda r: -r[1])[:8]:
-        print("   ", *r)
+    cols = ["t_us", "step_us", "gap_us", "decode_rows", "prefill_tokens", "span"]
+    cols += [c for c in PARTS if c in header]
+    print("slowest steps:", " ".join(cols))
+    for r in sorted(rows, key=lambda r: -r["step_us"])[:8]:
+        print("   ", *(r[c] for c in cols))
+    if "prefill_us" not in header:
+        continue
+    # Steps with prompt tokens: is the first step of a burst (empty buffer
+    # cache) the slow one, and which part of it?
+    pre = [r for r in rows if r["prefill_tokens"] > 0]
+    for label, group in [
+        ("cache empty (<16 MiB)", [r for r in pre if r["cache_mb"] < 16]),
+        ("cache warm", [r for r in pre if r["cache_mb"] >= 16]),
+    ]:
+        if not group:
+            continue
+        print(f"prompt steps, {label}: {len(group)}; p50 / max us:", end="")
+        for c in ["step_us", "prefill_us", "first_tokens_us", "decode_us", "deliver_us"]:
+            v = sorted(r[c] for r in group)
+            print(f"  {c} {pct(v, .5)} / {v[-1]}", end="")
+        tok = sorted(r["prefill_tokens"] for r in group)
+        print(f"  tokens p50 {pct(tok, .5)}")

@@ -263,6 +263,21 @@ struct EngineLoop {
     commands: Option<mpsc::Receiver<Command>>,
     /// A shutdown command arrived in the middle of a step.
     stop_requested: bool,
+    /// MLX's cache may hold buffers this engine freed since it last
+    /// returned them to the device (see [`EngineLoop::wait_idle`]).
+    cache_held: bool,
+    /// Where the current step's time goes, for the trace.
+    phases: Phases,
+}
+
+/// Host time of a step's parts (each ends in a device sync or a launch, so
+/// the split is honest; see [`StepStats`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Phases {
+    prefill: Duration,
+    first_tokens: Duration,
+    decode: Duration,
+    deliver: Duration,
 }
 
 impl EngineLoop {
@@ -294,6 +309,8 @@ impl EngineLoop {
             trace: StepTrace::from_env(),
             commands: None,
             stop_requested: false,
+            cache_held: false,
+            phases: Phases::default(),
         };
         engine.publish_prefix();
         engine
@@ -303,17 +320,17 @@ impl EngineLoop {
         self.commands = Some(commands);
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
-                self.release_memory();
+                self.release_kv();
                 if let Some(trace) = &mut self.trace {
                     trace.idle();
                 }
-                match self.commands.as_ref().map(mpsc::Receiver::recv) {
-                    Some(Ok(cmd)) => {
+                match self.wait_idle() {
+                    Some(cmd) => {
                         if !self.handle(cmd) {
                             break;
                         }
                     }
-                    _ => break,
+                    None => break,
                 }
             }
             self.take_commands();
@@ -324,6 +341,13 @@ impl EngineLoop {
             self.admit();
             if !self.running.is_empty() {
                 let started = Instant::now();
+                let cache_bytes = if self.trace.is_some() {
+                    mlx_rs::memory::cache_memory().unwrap_or(0)
+                } else {
+                    0
+                };
+                self.cache_held = true;
+                self.phases = Phases::default();
                 let stats = match self.step() {
                     Ok(stats) => stats,
                     Err(e) => {
@@ -335,6 +359,16 @@ impl EngineLoop {
                 let ended = Instant::now();
                 self.metrics.record_step(ended - started);
                 if let Some(trace) = &mut self.trace {
+                    let stats = StepStats {
+                        prefill_us: (self.phases.prefill.saturating_sub(self.phases.first_tokens))
+                            .as_micros() as u64,
+                        first_tokens_us: self.phases.first_tokens.as_micros() as u64,
+                        decode_us: (self.phases.decode.saturating_sub(self.phases.deliver))
+                            .as_micros() as u64,
+                        deliver_us: self.phases.deliver.as_micros() as u64,
+                        cache_mb: (cache_bytes >> 20) as u64,
+                        ..stats
+                    };
                     trace.record(started, ended, stats);
                 }
                 self.publish_kv();
@@ -411,7 +445,9 @@ impl EngineLoop {
             self.config.prefix_cache_budget(self.kv_budget),
             prefix_cache::MIN_REUSE_TOKENS,
         );
-        self.release_memory();
+        // The warm-up's buffers stay cached like a burst's (`wait_idle`).
+        self.release_kv();
+        self.cache_held = true;
         self.metrics = real;
         self.publish_prefix();
         result.map(|()| (steps, started.elapsed()))
@@ -548,16 +584,20 @@ impl EngineLoop {
             let Some(&(i, chunk)) = chunks.first() else {
                 break;
             };
+            let t = Instant::now();
             let cost = if chunks.len() == 1 {
                 self.prefill_chunk(i, chunk)?;
                 chunk
             } else {
                 self.prefill_batch(&chunks)?
             };
+            self.phases.prefill += t.elapsed();
             budget = budget.saturating_sub(cost);
             prefill_tokens += chunks.iter().map(|&(_, c)| c).sum::<usize>();
         }
+        let t = Instant::now();
         let mut stats = self.decode_step()?;
+        self.phases.decode += t.elapsed();
         stats.prefill_tokens = prefill_tokens;
         Ok(stats)
     }
@@ -659,6 +699,7 @@ impl EngineLoop {
             prefill_tokens: 0,
             span,
             pipelined,
+            ..StepStats::default()
         };
         if pipelined {
             transforms::async_eval(pending.arrays())?;
@@ -689,6 +730,7 @@ impl EngineLoop {
     /// Reads a step's sampled tokens and emits each to its job, skipping jobs
     /// that have ended since (their row's extra token is dropped).
     fn deliver(&mut self, step: InFlight) -> anyhow::Result<()> {
+        let t = Instant::now();
         let sampled = step.pending.read()?;
         for (id, s) in step.ids.iter().zip(sampled) {
             let Some(i) = self.running.iter().position(|q| q.sub.id == *id) else {
@@ -699,6 +741,7 @@ impl EngineLoop {
             seq.sampler.record(s.token);
             self.emit(i, s);
         }
+        self.phases.deliver += t.elapsed();
         Ok(())
     }
 
@@ -757,9 +800,11 @@ impl EngineLoop {
             seq.fed = part.start + part.len;
             self.prefix_snapshot(i, part.start)?;
             if part.start + part.len == self.running[i].prompt_len {
+                let t = Instant::now();
                 let row = logits.index(k as i32..k as i32 + 1);
                 let sampled = self.running[i].sampler.sample(&row)?;
                 self.emit(i, sampled);
+                self.phases.first_tokens += t.elapsed();
             }
         }
         Ok(chunks.len() * width)
@@ -783,9 +828,14 @@ impl EngineLoop {
         self.running[i].fed = start + chunk;
         self.prefix_snapshot(i, start)?;
         if last {
+            // The pass itself runs here, in the sampler's read-back: time it
+            // as prefill, and only what follows as the first token's.
             let logits = logits.reshape(&[1, -1])?;
+            logits.eval()?;
+            let t = Instant::now();
             let sampled = self.running[i].sampler.sample(&logits)?;
             self.emit(i, sampled);
+            self.phases.first_tokens += t.elapsed();
         } else {
             let arrays: Vec<&Array> = self.kv.iter().flat_map(BatchKv::arrays).collect();
             transforms::eval(arrays)?;
@@ -874,8 +924,16 @@ impl EngineLoop {
         }
     }
 
-    /// Frees the KV buffers and MLX's cached allocations (when idle).
+    /// Frees the KV buffers and returns MLX's cached allocations to the
+    /// device (after an error and at shutdown).
     fn release_memory(&mut self) {
+        self.release_kv();
+        self.release_cache();
+    }
+
+    /// Drops the KV buffers (nothing runs): their memory goes to MLX's
+    /// cache, where the next burst's buffers are found (see `wait_idle`).
+    fn release_kv(&mut self) {
         self.in_flight = None;
         if self.shape != BatchShape::default() {
             for kv in &mut self.kv {
@@ -883,9 +941,41 @@ impl EngineLoop {
             }
             self.shape = BatchShape::default();
             self.rows = Rows::default();
-            let _ = mlx_rs::memory::clear_cache();
         }
         self.publish_kv();
+    }
+
+    /// Returns the buffers MLX keeps cached to the device.
+    fn release_cache(&mut self) {
+        if std::mem::take(&mut self.cache_held) {
+            let _ = mlx_rs::memory::clear_cache();
+            self.metrics.record_cache_release();
+        }
+    }
+
+    /// Waits for the next command while idle (`None`: the handles are
+    /// gone). The buffers freed by the last burst stay in MLX's cache for
+    /// `idle_release`, so a request arriving within it allocates nothing;
+    /// after that the cache goes back to the device and the wait goes on.
+    /// A burst that starts with an empty cache allocates every activation
+    /// and KV buffer afresh, which made its first steps several times
+    /// slower on a GPU (docs/scheduler.md, "Idle memory").
+    fn wait_idle(&mut self) -> Option<Command> {
+        let commands = self.commands.take()?;
+        let cmd = if self.cache_held {
+            match commands.recv_timeout(self.config.idle_release) {
+                Ok(cmd) => Some(cmd),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.release_cache();
+                    commands.recv().ok()
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            }
+        } else {
+            commands.recv().ok()
+        };
+        self.commands = Some(commands);
+        cmd
     }
 
     /// Prefix cache: after a prompt chunk of sequence `i` that started at

@@ -75,6 +75,7 @@ pub struct Metrics {
     kv_bytes_used: AtomicUsize,
     kv_bytes_allocated: AtomicUsize,
     steps_total: AtomicU64,
+    cache_releases: AtomicU64,
     prefix_hits: AtomicU64,
     prefix_misses: AtomicU64,
     prefix_reused_tokens: AtomicU64,
@@ -98,6 +99,9 @@ pub struct SchedulerStatus {
     pub kv_bytes_used: usize,
     pub kv_bytes_allocated: usize,
     pub kv_bytes_budget: usize,
+    /// Times an idle engine returned MLX's cached buffers to the device
+    /// (after `idle_release`, docs/scheduler.md).
+    pub cache_releases: u64,
     pub prefix_cache: PrefixCacheStatus,
 }
 
@@ -155,6 +159,10 @@ impl Metrics {
         self.step_time.observe(time);
     }
 
+    pub(crate) fn record_cache_release(&self) {
+        self.cache_releases.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_kv(&self, used: usize, allocated: usize) {
         self.kv_bytes_used.store(used, Ordering::Relaxed);
         self.kv_bytes_allocated.store(allocated, Ordering::Relaxed);
@@ -196,6 +204,7 @@ impl Metrics {
             kv_bytes_used: self.kv_bytes_used.load(Ordering::Relaxed),
             kv_bytes_allocated: self.kv_bytes_allocated.load(Ordering::Relaxed),
             kv_bytes_budget: kv_budget,
+            cache_releases: self.cache_releases.load(Ordering::Relaxed),
             prefix_cache: PrefixCacheStatus {
                 hits: self.prefix_hits.load(Ordering::Relaxed),
                 misses: self.prefix_misses.load(Ordering::Relaxed),
@@ -260,6 +269,12 @@ impl Metrics {
             "counter",
             "Engine steps run.",
             c(&self.steps_total),
+        );
+        line(
+            "hearth_cache_releases_total",
+            "counter",
+            "Times the idle engine returned its cached buffers to the device.",
+            c(&self.cache_releases),
         );
         line(
             "hearth_queue_depth",

@@ -70,7 +70,17 @@ pub struct SchedulerConfig {
     /// pass instead of eight (docs/scheduler.md). On by default;
     /// `HEARTH_BATCH_PREFILL=off` turns it off (for A/B runs).
     pub batch_prefill: bool,
+    /// How long an idle engine keeps MLX's freed buffers (its activations
+    /// and the KV buffers, dropped as soon as nothing runs) cached for the
+    /// next request before returning them to the device. A burst that
+    /// finds the cache empty allocates every buffer afresh, which on a GPU
+    /// makes its first steps slow (docs/scheduler.md). Default 30 s;
+    /// `HEARTH_IDLE_RELEASE=SECONDS` overrides it (0: release at once).
+    pub idle_release: Duration,
 }
+
+/// How long an idle engine keeps freed buffers cached by default.
+pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(30);
 
 /// Share of the KV budget the prefix cache may hold by default.
 pub const DEFAULT_PREFIX_CACHE_FRACTION: f64 = 0.25;
@@ -111,6 +121,13 @@ impl Default for SchedulerConfig {
             warmup: backend != "cpu",
             prefix_cache_bytes: None,
             batch_prefill: std::env::var("HEARTH_BATCH_PREFILL").map_or(true, |v| v != "off"),
+            idle_release: std::env::var("HEARTH_IDLE_RELEASE")
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map_or(DEFAULT_IDLE_RELEASE, |s| {
+                    Duration::from_secs_f64(s.min(86_400.0))
+                }),
         }
     }
 }

@@ -3,9 +3,15 @@
 //! One tab-separated line per engine step: microseconds since the engine
 //! started, the step's duration, the idle gap before it (host time spent
 //! outside `step`: commands, admission, metrics), decode rows, prompt tokens
-//! prefilled, the batch span (rows allocated) and whether the decode was
-//! pipelined. Used to see where step time goes on a GPU (docs/cuda.md);
-//! off by default, costs one buffered write per step when on.
+//! prefilled, the batch span (rows allocated), whether the decode was
+//! pipelined; then where the step's time went, in microseconds: prompt
+//! passes (each ends in a device sync), sampling the first tokens of the
+//! prompts they completed, building and queueing the decode pass, and
+//! reading back and sending the previous decode's tokens (waits for the
+//! device); last, MiB in MLX's buffer cache when the step began (0 at the
+//! start of a burst: every buffer is allocated afresh). Used to see where
+//! step time goes on a GPU (docs/cuda.md); off by default, costs one
+//! buffered write per step when on.
 
 use std::{
     fs::File,
@@ -20,6 +26,11 @@ pub(super) struct StepStats {
     pub prefill_tokens: usize,
     pub span: usize,
     pub pipelined: bool,
+    pub prefill_us: u64,
+    pub first_tokens_us: u64,
+    pub decode_us: u64,
+    pub deliver_us: u64,
+    pub cache_mb: u64,
 }
 
 pub(super) struct StepTrace {
@@ -37,7 +48,8 @@ impl StepTrace {
                 let mut out = BufWriter::new(file);
                 let _ = writeln!(
                     out,
-                    "t_us\tstep_us\tgap_us\tdecode_rows\tprefill_tokens\tspan\tpipelined"
+                    "t_us\tstep_us\tgap_us\tdecode_rows\tprefill_tokens\tspan\tpipelined\t\
+                     prefill_us\tfirst_tokens_us\tdecode_us\tdeliver_us\tcache_mb"
                 );
                 Some(StepTrace {
                     out,
@@ -60,7 +72,7 @@ impl StepTrace {
         self.last_end = Some(ended);
         let _ = writeln!(
             self.out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             started.saturating_duration_since(self.origin).as_micros(),
             ended.saturating_duration_since(started).as_micros(),
             gap,
@@ -68,6 +80,11 @@ impl StepTrace {
             stats.prefill_tokens,
             stats.span,
             u8::from(stats.pipelined),
+            stats.prefill_us,
+            stats.first_tokens_us,
+            stats.decode_us,
+            stats.deliver_us,
+            stats.cache_mb,
         );
     }
 

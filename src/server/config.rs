@@ -67,6 +67,10 @@ pub struct ServerSettings {
     /// (docs/scheduler.md); off only for comparisons.
     #[serde(alias = "batch-prefill")]
     pub batch_prefill: bool,
+    /// Seconds an idle engine keeps freed buffers cached for the next
+    /// request before returning them to the device (docs/scheduler.md).
+    #[serde(alias = "idle-release-seconds")]
+    pub idle_release_seconds: f64,
     /// Prefix cache size in MiB, inside the KV budget; `None` = a quarter of
     /// the KV budget, 0 = off (docs/prefix-cache.md).
     #[serde(alias = "prefix-cache-mb")]
@@ -115,6 +119,7 @@ impl Default for ServerSettings {
             pipeline_decode: scheduler.pipeline_decode,
             warmup: scheduler.warmup,
             batch_prefill: scheduler.batch_prefill,
+            idle_release_seconds: scheduler.idle_release.as_secs_f64(),
             prefix_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
@@ -258,6 +263,9 @@ impl ServerSettings {
         if !(self.shutdown_grace_seconds.is_finite() && self.shutdown_grace_seconds >= 0.0) {
             return invalid("shutdown_grace_seconds", "must be a number >= 0");
         }
+        if !(self.idle_release_seconds.is_finite() && self.idle_release_seconds >= 0.0) {
+            return invalid("idle_release_seconds", "must be a number >= 0");
+        }
         if self.aliases.iter().any(|a| a.trim().is_empty()) {
             return invalid("aliases", "an alias may not be empty");
         }
@@ -310,6 +318,10 @@ impl ServerSettings {
             pipeline_decode: self.pipeline_decode,
             warmup: self.warmup,
             batch_prefill: self.batch_prefill,
+            idle_release: Duration::try_from_secs_f64(
+                self.idle_release_seconds.clamp(0.0, 86_400.0),
+            )
+            .unwrap_or(crate::scheduler::DEFAULT_IDLE_RELEASE),
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
@@ -335,10 +347,15 @@ mod tests {
         let toml_path = write(
             dir.path(),
             "serve.toml",
-            "port = 9000\nmax-running = 3\nmax_queue = 5\naliases = [\"gpt-4o\"]\n",
+            "port = 9000\nmax-running = 3\nmax_queue = 5\naliases = [\"gpt-4o\"]\n\
+             idle-release-seconds = 2.5\n",
         );
         let s = ServerSettings::from_file(&toml_path).expect("toml");
         assert_eq!(s.port, 9000);
+        assert_eq!(
+            s.scheduler_config().idle_release,
+            Duration::from_millis(2500)
+        );
         assert_eq!(s.max_running, 3);
         assert_eq!(s.max_queue, 5);
         assert_eq!(s.aliases, vec!["gpt-4o".to_string()]);
@@ -373,6 +390,14 @@ mod tests {
             ..ServerSettings::default()
         };
         assert!(s.validate().is_err());
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let s = ServerSettings {
+                idle_release_seconds: bad,
+                ..ServerSettings::default()
+            };
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains("idle_release_seconds"), "{err}");
+        }
         assert!(ServerSettings::default().validate().is_ok());
     }
 

@@ -341,6 +341,9 @@ pub struct ServeArgs {
     /// Read each prompt chunk in its own forward pass instead of batching several prompts' chunks into one (docs/scheduler.md).
     #[arg(long)]
     pub no_batch_prefill: bool,
+    /// Seconds an idle server keeps freed buffers cached for the next request before returning them to the device; 0 returns them at once [default: 30].
+    #[arg(long)]
+    pub idle_release_seconds: Option<f64>,
     /// KV cache memory budget in bytes [default: derived from system memory].
     #[arg(long)]
     pub kv_memory_budget: Option<usize>,
@@ -413,6 +416,9 @@ impl ServeArgs {
         }
         if self.no_batch_prefill {
             s.batch_prefill = false;
+        }
+        if let Some(v) = self.idle_release_seconds {
+            s.idle_release_seconds = v;
         }
         if let Some(v) = self.kv_memory_budget {
             s.kv_memory_budget = Some(v);

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Where one decode step's GPU time goes, from an Nsight Compute kernel list.
+
+    ncu_decode.py LOG.csv[.xz] [LOG.csv ...] [--top N]
+
+Each LOG is `ncu --csv --metrics gpu__time_duration.sum[,dram__bytes_read.sum]`
+of `hearth dev decode-bench --rows R` (bench/cuda/h200.sh, H200_NCU_DECODE).
+decode-bench ends every step with one argmax over the logits
+(`arg_reduce_general`), so the kernels between two argmaxes are one decode
+step; the prefill before the first is dropped, and so are the first two
+steps (kernel compiles). Printed per log: the median step's GPU time and
+kernel count, then kernels grouped by name and grid (which tells the weight
+matrices apart), with time per step, DRAM bytes read and the bandwidth.
+"""
+import csv
+import io
+import lzma
+import statistics
+import sys
+from collections import defaultdict
+
+from ncu_steps import short_name
+
+MARK = "arg_reduce_general"
+SCALE = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
+BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def kernels(path):
+    """[(name, grid, ns, bytes)] in launch order."""
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", errors="replace") as f:
+        lines = [line for line in f if line.startswith('"')]
+    by_id = {}
+    for row in csv.DictReader(io.StringIO("".join(lines))):
+        k = by_id.setdefault(row["ID"], [row["Kernel Name"], row.get("Grid Size", ""), 0.0, 0.0])
+        value = float(row["Metric Value"].replace(",", "") or 0)
+        unit = row.get("Metric Unit", "")
+        if row["Metric Name"] == "gpu__time_duration.sum":
+            k[2] = value * SCALE.get(unit, 1.0)
+        elif row["Metric Name"] == "dram__bytes_read.sum":
+            k[3] = value * BYTES.get(unit, 1.0)
+    return [tuple(v) for _, v in sorted(by_id.items(), key=lambda kv: int(kv[0]))]
+
+
+def steps(ks):
+    out, cur, seen = [], [], False
+    for k in ks:
+        cur.append(k)
+        if MARK in k[0]:
+            if seen:
+                out.append(cur)
+            seen, cur = True, []
+    return out[2:] if len(out) > 3 else out
+
+
+def main():
+    args = sys.argv[1:]
+    top = 14
+    if "--top" in args:
+        i = args.index("--top")
+        top = int(args[i + 1])
+        del args[i : i + 2]
+    for path in args:
+        st = steps(kernels(path))
+        if not st:
+            print(f"{path}: no decode steps found")
+            continue
+        totals = [sum(k[2] for k in s) for s in st]
+        mid = sorted(range(len(st)), key=lambda i: totals[i])[len(st) // 2]
+        step = st[mid]
+        print(f"### {path}")
+        print(
+            f"{len(st)} steps; median step {totals[mid] / 1e3:.0f} us of GPU time in {len(step)} kernels"
+            f" (all steps: {min(totals) / 1e3:.0f}-{max(totals) / 1e3:.0f} us,"
+            f" mean {statistics.mean(totals) / 1e3:.0f})"
+        )
+        groups = defaultdict(lambda: [0, 0.0, 0.0])
+        for name, grid, ns, nbytes in step:
+            g = groups[(short_name(name), grid)]
+            g[0] += 1
+            g[1] += ns
+            g[2] += nbytes
+        print("| kernel | grid | calls | us | share | MB read | GB/s |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for (name, grid), (n, ns, nbytes) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:top]:
+            bw = f"{nbytes / ns:.0f}" if nbytes and ns else ""
+            mb = f"{nbytes / 1e6:.1f}" if nbytes else ""
+            print(
+                f"| `{name}` | {grid} | {n} | {ns / 1e3:.1f} | {100 * ns / totals[mid]:.1f}% | {mb} | {bw} |"
+            )
+        print()
+
+
+if __name__ == "__main__":
+    main()
