@@ -17,7 +17,8 @@
 #      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
 #      a variant's NCU_ROWS=... sets its own row counts);
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
-#      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512);
+#      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
+#      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -172,17 +173,23 @@ EOF
       rm -rf /tmp/ncu
     fi
     if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then
-      for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do
-        echo "### prefill-bench $name $pt" | tee -a "$OUT/inproc.md"
-        timeout 200 $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
-          --tokens "${pt#*x}" 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
+      IFS=';' read -ra pvariants <<< "${H200_PREFILL_VARIANTS:-hearth:}"
+      for pv in "${pvariants[@]}"; do
+        variant "$pv"
+        for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do
+          echo "### prefill-bench $name $vname $pt" | tee -a "$OUT/inproc.md"
+          env "${envs[@]}" timeout 200 $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
+            --tokens "${pt#*x}" 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
+        done
       done
       stamp "$name: prefill bench done"
     fi
     [[ ",${H200_SWEEP_MODELS:-$name}," == *",$name,"* ]] || continue
     # Hearth variants ("name:ENV=VAL,ENV=VAL;..."), each its own server, all
     # measured alternately with mlx_lm.server in one bench run.
-    IFS=';' read -ra variants <<< "${H200_VARIANTS:-hearth:}"
+    # (H200_VARIANTS_<model> overrides H200_VARIANTS for that model.)
+    per_model="H200_VARIANTS_$name"
+    IFS=';' read -ra variants <<< "${!per_model:-${H200_VARIANTS:-hearth:}}"
     pids=() compare="" ports=()
     for k in "${!variants[@]}"; do
       variant "${variants[$k]}"
