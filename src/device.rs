@@ -67,10 +67,10 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 ///   [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`]), a number of
 ///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA).
 /// - explicit attention for prompt chunks of up to
-///   [`DEFAULT_EXPLICIT_PREFILL_KEYS`] keys instead of cuDNN's, which builds
-///   a graph for every new pair of lengths
-///   (`hearth_models::layers::set_explicit_prefill_keys`):
-///   `HEARTH_PREFILL_ATTN_KEYS=N` (0: cuDNN for every chunk).
+///   `HEARTH_PREFILL_ATTN_KEYS=N` keys instead of cuDNN's, which builds a
+///   graph for every new pair of lengths
+///   (`hearth_models::layers::set_explicit_prefill_keys`); off by default
+///   ([`DEFAULT_EXPLICIT_PREFILL_KEYS`]) until measured on the H200.
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -84,15 +84,19 @@ pub fn enable_cuda_kernels() {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(DEFAULT_EXPLICIT_PREFILL_KEYS);
-    tracing::info!(max_keys = keys, "explicit attention for prompt chunks");
+    if keys > 0 {
+        tracing::info!(max_keys = keys, "explicit attention for prompt chunks");
+    }
     hearth_models::layers::set_explicit_prefill_keys(keys);
 }
 
 /// Prompt chunks with up to this many keys attend through explicit matrix
-/// products on MLX's CUDA backend: below it they cost less than building
-/// a cuDNN graph for a new length, which is what a prompt of a new length
-/// otherwise pays (bench/results/h200-2026-12-01-s8.md).
-pub const DEFAULT_EXPLICIT_PREFILL_KEYS: usize = 4096;
+/// products on MLX's CUDA backend (0: none, cuDNN's fused attention for
+/// all). A first prompt of a new length paid about 100 ms in one pass on
+/// the H200, which cuDNN's per-shape graph build would explain; the A/B
+/// against `HEARTH_PREFILL_ATTN_KEYS=4096` has not run yet
+/// (bench/results/h200-2026-12-01-s8.md), so the measured path stays.
+pub const DEFAULT_EXPLICIT_PREFILL_KEYS: usize = 0;
 
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv::{self, Route};

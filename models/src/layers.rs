@@ -500,10 +500,12 @@ const EXPLICIT_PREFILL_MAX_QUERIES: i32 = 1024;
 /// matrix products (0: never). On MLX's CUDA backend the fused attention of
 /// several queries is cuDNN's, which builds and compiles a graph for every
 /// new combination of query and key lengths (and strides), tens of
-/// milliseconds each: every prompt of a new length paid that in the middle
-/// of serving, and a batched prefill once per distinct chunk length
+/// milliseconds each (by MLX's source): every prompt of a new length would
+/// pay that in the middle of serving, a batched prefill once per distinct
+/// chunk length
 /// (bench/results/h200-2026-12-01-s8.md). The explicit products have no such
-/// cost and, up to a few thousand keys, cost less than the build.
+/// cost and, up to a few thousand keys, should cost less than the build
+/// (not yet measured: off by default, `HEARTH_PREFILL_ATTN_KEYS`).
 pub fn set_explicit_prefill_keys(max_keys: usize) {
     EXPLICIT_PREFILL_KEYS.store(max_keys, Ordering::Relaxed);
 }
@@ -809,7 +811,7 @@ mod attention_tests {
                 .unwrap()
                 .max(None)
                 .unwrap()
-                .item::<f32>();
+                .item_exact::<f32>();
             assert!(gap < 1e-4, "L {l} T {t}: max gap {gap}");
         }
     }
