@@ -161,14 +161,18 @@ EOF
         for e in "${envs[@]}"; do [[ $e == NCU_ROWS=* ]] && rows_list=${e#NCU_ROWS=}; done
         for r in $rows_list; do
           log=/tmp/ncu/ncu-$name-$vname-r$r.csv
+          # Only the last round's steps are profiled (--profile, ncu
+          # --profile-from-start off): ncu took 30-70 ms a kernel here, and
+          # load, self-checks and prefill are thousands of kernels.
           env "${envs[@]}" timeout "${H200_NCU_TIMEOUT:-150}" "$NCU" --clock-control none \
-            --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
-            --log-file "$log" $H dev decode-bench --model "/tmp/$name" --rows "$r" --steps 4 \
-            --rounds 1 > /dev/null 2>&1 || echo "ncu $name $vname rows $r: exit $?"
+            --cache-control none --profile-from-start off \
+            --metrics "${H200_NCU_METRICS:-gpu__time_duration.sum}" --csv --log-file "$log" \
+            $H dev decode-bench --model "/tmp/$name" --rows "$r" --steps "${H200_NCU_STEPS:-3}" \
+            --rounds 1 --profile > /dev/null 2>&1 || echo "ncu $name $vname rows $r: exit $?"
           stamp "$name: ncu $vname rows $r"
         done
       done
-      python3 bench/cuda/ncu_decode.py /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md"
+      python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md"
       tar -cJf "$OUT/ncu-$name.tar.xz" -C /tmp/ncu . || true
       rm -rf /tmp/ncu
     fi
@@ -227,7 +231,9 @@ EOF
       wait "${wpids[@]}"
     done
     stamp "$name: warmed up"
-    left() { echo $(( ${H200_DEADLINE:-570} - SECONDS )); }
+    # Seconds left before H200_DEADLINE (at least 1: `timeout` refuses 0 or less).
+    left() { local l=$(( ${H200_DEADLINE:-570} - SECONDS )); echo $(( l > 0 ? l : 1 )); }
+    (( ${H200_DEADLINE:-570} - SECONDS > 30 )) || echo "!! $name: under 30 s left before H200_DEADLINE, the sweep is cut short"
     timeout $(left) $H bench --compare "$compare" \
         --scenarios sweep --concurrency "${H200_CONC:-1,2,4,8,16}" --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
         --repeats "${H200_REPEATS:-3}" --warmup 0 --tokenizer "$tokdir/tokenizer.json" \

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Where one decode step's GPU time goes, from an Nsight Compute kernel list.
 
-    ncu_decode.py LOG.csv[.xz] [LOG.csv ...] [--top N]
+    ncu_decode.py [--window] LOG.csv[.xz] [LOG.csv ...] [--top N]
 
 Each LOG is `ncu --csv --metrics gpu__time_duration.sum[,dram__bytes_read.sum]`
 of `hearth dev decode-bench --rows R` (bench/cuda/h200.sh, H200_NCU_DECODE).
 decode-bench ends every step with one argmax over the logits
 (`arg_reduce_general`), so the kernels between two argmaxes are one decode
 step; the prefill before the first is dropped, and so are the first two
-steps (kernel compiles). Printed per log: the median step's GPU time and
+steps (kernel compiles). With --window the log holds only the steps that
+`decode-bench --profile` bracketed (ncu --profile-from-start off): all kept. Printed per log: the median step's GPU time and
 kernel count, then kernels grouped by name and grid (which tells the weight
 matrices apart), with time per step, DRAM bytes read and the bandwidth.
 """
@@ -43,26 +44,32 @@ def kernels(path):
     return [tuple(v) for _, v in sorted(by_id.items(), key=lambda kv: int(kv[0]))]
 
 
-def steps(ks):
-    out, cur, seen = [], [], False
+def steps(ks, window):
+    """Kernel lists of whole steps. With `window` the log holds only
+    profiled decode steps (decode-bench --profile), all of them kept."""
+    out, cur, seen = [], [], window
     for k in ks:
         cur.append(k)
         if MARK in k[0]:
             if seen:
                 out.append(cur)
             seen, cur = True, []
+    if window:
+        return out
     return out[2:] if len(out) > 3 else out
 
 
 def main():
     args = sys.argv[1:]
     top = 14
+    window = "--window" in args
+    args = [a for a in args if a != "--window"]
     if "--top" in args:
         i = args.index("--top")
         top = int(args[i + 1])
         del args[i : i + 2]
     for path in args:
-        st = steps(kernels(path))
+        st = steps(kernels(path), window)
         if not st:
             print(f"{path}: no decode steps found")
             continue

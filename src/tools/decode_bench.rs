@@ -42,6 +42,11 @@ pub struct Options {
     /// take turns within each round. None: the routes in force.
     #[arg(long)]
     pub gemv: Vec<String>,
+    /// Bracket the last round's steps with the CUDA profiler's start and
+    /// stop, for `ncu --profile-from-start off` (bench/cuda/h200.sh,
+    /// H200_NCU_DECODE): the profile then holds those steps only.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 struct Batch {
@@ -129,6 +134,10 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     // Round 0 warms up (kernel compiles, allocator); the rest are timed.
     for round in 0..=opts.rounds {
+        let profiled = opts.profile && round == opts.rounds;
+        if profiled && !super::cuda_profiler::start() {
+            eprintln!("--profile: no CUDA driver here, nothing to bracket");
+        }
         for b in &mut batches {
             if let Some(routes) = &variants[b.variant] {
                 hearth_models::cuda_gemv::reinstate(routes.clone());
@@ -154,6 +163,9 @@ pub fn run(opts: &Options) -> Result<()> {
                     *p += 1;
                 }
             }
+        }
+        if profiled {
+            super::cuda_profiler::stop();
         }
     }
     let mut out = format!(
