@@ -958,8 +958,7 @@ impl EngineLoop {
     /// `idle_release`, so a request arriving within it allocates nothing;
     /// after that the cache goes back to the device and the wait goes on.
     /// A burst that starts with an empty cache allocates every activation
-    /// and KV buffer afresh, which made its first steps several times
-    /// slower on a GPU (docs/scheduler.md, "Idle memory").
+    /// and KV buffer afresh (docs/scheduler.md, "Idle memory").
     fn wait_idle(&mut self) -> Option<Command> {
         let commands = self.commands.take()?;
         let cmd = if self.cache_held {

@@ -72,9 +72,9 @@ pub struct SchedulerConfig {
     pub batch_prefill: bool,
     /// How long an idle engine keeps MLX's freed buffers (its activations
     /// and the KV buffers, dropped as soon as nothing runs) cached for the
-    /// next request before returning them to the device. A burst that
-    /// finds the cache empty allocates every buffer afresh, which on a GPU
-    /// makes its first steps slow (docs/scheduler.md). Default 30 s;
+    /// next request before returning them to the device; a burst that
+    /// finds the cache empty allocates every buffer afresh
+    /// (docs/scheduler.md, "Idle memory"). Default 30 s;
     /// `HEARTH_IDLE_RELEASE=SECONDS` overrides it (0: release at once).
     pub idle_release: Duration,
 }
