@@ -265,6 +265,51 @@ fn cancelling_frees_the_row_and_memory() {
     scheduler.shutdown(Duration::from_secs(1));
 }
 
+/// Prompts that end on their first token (`max_tokens: 1`) while sharing
+/// one batched prefill pass: each gets its token and ends, and the pass's
+/// other sequences carry on. (Ending one sequence moves others in the
+/// engine's list; the first version kept indexing the list by the pass's
+/// old positions and took the engine down with an out-of-bounds index.)
+#[test]
+fn prompts_ending_on_their_first_token_in_one_batched_pass() {
+    let scheduler = SchedulerHandle::start(
+        fixture("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        SchedulerConfig::default(),
+    )
+    .unwrap();
+    let job = |text: &str, max_tokens| Job {
+        prompt_tokens: scheduler.tokenizer().encode(text, true).unwrap(),
+        max_tokens,
+        sampling: Default::default(),
+        stop_at_eos: false,
+    };
+    let mut long = scheduler
+        .submit(job("Tell me a long story about a lighthouse.", 24))
+        .unwrap();
+    // While it decodes, the next prompts arrive within one step: they are
+    // admitted together and read in one pass, shortest first, behind it.
+    match long.events.blocking_recv() {
+        Some(JobEvent::Token(_)) => {}
+        other => panic!("expected a token, got {other:?}"),
+    }
+    let short: Vec<_> = [
+        ("Hi.", 1),
+        ("What is two plus two?", 1),
+        ("Name three colours of the rainbow, please.", 1),
+        ("Write one sentence about the sea and the wind.", 3),
+    ]
+    .into_iter()
+    .map(|(text, n)| scheduler.submit(job(text, n)).unwrap())
+    .collect();
+    for (handle, want) in short.into_iter().zip([1, 1, 1, 3]) {
+        let (tokens, reason, _) = collect(handle);
+        assert_eq!((tokens.len(), reason), (want, FinishReason::Length));
+    }
+    let (rest, reason, _) = collect(long);
+    assert_eq!((rest.len() + 1, reason), (24, FinishReason::Length));
+    scheduler.shutdown(Duration::from_secs(1));
+}
+
 /// An idle engine keeps the freed buffers cached for `idle_release`, so a
 /// request arriving within it allocates nothing, then returns them to the
 /// device once; a request after that still runs.

@@ -19,7 +19,7 @@ use hearth_models::{
     cache::PREFILL_WIDTH_STEP, BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch,
     PrefillChunk,
 };
-use mlx_rs::{ops::indexing::IndexOp, transforms, Array};
+use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
@@ -794,20 +794,72 @@ impl EngineLoop {
         let mut arrays: Vec<&Array> = self.kv.iter().flat_map(BatchKv::arrays).collect();
         arrays.push(&logits);
         transforms::eval(arrays)?;
+        // Every chunk advances before any first token is emitted: emitting
+        // may end a sequence, which moves others in `running`, so the
+        // sequences are found by job id from there on.
+        let mut completed = Vec::new();
         for (k, (&(i, _), part)) in chunks.iter().zip(batch.chunks()).enumerate() {
             let seq = &mut self.running[i];
             seq.prefilled += part.len;
             seq.fed = part.start + part.len;
-            self.prefix_snapshot(i, part.start)?;
-            if part.start + part.len == self.running[i].prompt_len {
-                let t = Instant::now();
-                let row = logits.index(k as i32..k as i32 + 1);
-                let sampled = self.running[i].sampler.sample(&row)?;
-                self.emit(i, sampled);
-                self.phases.first_tokens += t.elapsed();
+            if seq.prefilled == seq.prompt_len {
+                completed.push((k as i32, seq.sub.id));
             }
+            self.prefix_snapshot(i, part.start)?;
+        }
+        if !completed.is_empty() {
+            let t = Instant::now();
+            self.first_tokens(&logits, &completed)?;
+            self.phases.first_tokens += t.elapsed();
         }
         Ok(chunks.len() * width)
+    }
+
+    /// Samples the first tokens of the sequences whose prompts a batched
+    /// pass completed (`(row of logits, job id)`), in one batch (one read
+    /// back, not one per prompt), and emits them.
+    fn first_tokens(&mut self, logits: &Array, completed: &[(i32, u64)]) -> anyhow::Result<()> {
+        let in_order = completed.len() as i32 == logits.dim(0)
+            && completed
+                .iter()
+                .enumerate()
+                .all(|(j, &(k, _))| k == j as i32);
+        let rows = if in_order {
+            logits.clone()
+        } else {
+            let ks: Vec<i32> = completed.iter().map(|&(k, _)| k).collect();
+            logits.take_axis(Array::from_slice(&ks, &[ks.len() as i32]), 0)?
+        };
+        let position = |running: &[Sequence], id: u64| running.iter().position(|s| s.sub.id == id);
+        let places = completed
+            .iter()
+            .map(|&(_, id)| {
+                position(&self.running, id)
+                    .with_context(|| format!("job {id} left during its prefill pass"))
+            })
+            .collect::<anyhow::Result<Vec<usize>>>()?;
+        let sampled = {
+            let mut slots: Vec<Option<&mut Sampler>> = self
+                .running
+                .iter_mut()
+                .map(|s| Some(&mut s.sampler))
+                .collect();
+            let mut samplers: Vec<&mut Sampler> = places
+                .iter()
+                .filter_map(|&p| slots.get_mut(p).and_then(Option::take))
+                .collect();
+            anyhow::ensure!(
+                samplers.len() == places.len(),
+                "a job appears twice in one prefill pass"
+            );
+            Sampler::sample_batch(&mut samplers, &rows)?
+        };
+        for (&(_, id), s) in completed.iter().zip(sampled) {
+            if let Some(i) = position(&self.running, id) {
+                self.emit(i, s);
+            }
+        }
+        Ok(())
     }
 
     /// Feeds `chunk` prompt tokens of sequence `i`; samples its first token
