@@ -65,7 +65,8 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 /// - one-token attention for every batched decode step
 ///   (models/src/cuda_attn.rs): `HEARTH_CUDA_ATTN` is `on` (the default:
 ///   [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`]), a number of
-///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA).
+///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA);
+///   `HEARTH_CUDA_ATTN_THREADS` its threads per block (128 by default).
 /// - explicit attention for prompt chunks of up to
 ///   `HEARTH_PREFILL_ATTN_KEYS=N` keys instead of cuDNN's, which builds a
 ///   graph for every new pair of lengths
@@ -143,6 +144,16 @@ fn enable_cuda_attn() {
             return cuda_attn::disable();
         }
     };
+    // Threads per block: HEARTH_CUDA_ATTN_THREADS=128|256|512 (A/B runs).
+    if let Ok(threads) = std::env::var("HEARTH_CUDA_ATTN_THREADS") {
+        let parsed = threads
+            .trim()
+            .parse()
+            .map_err(|_| format!("not a number: `{threads}`"));
+        if let Err(e) = parsed.and_then(cuda_attn::set_threads) {
+            tracing::warn!(%threads, error = %e, "HEARTH_CUDA_ATTN_THREADS ignored");
+        }
+    }
     // Checked per head size and type at first use (cuda_attn::usable).
     tracing::info!(%setting, "one-token attention kernel enabled");
     cuda_attn::enable(target);

@@ -39,12 +39,12 @@ kernels = [
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
     ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
-     ATTN_IN + "{T}* out", [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
+     ATTN_IN + "{T}* out", [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),
     ("hearth_attn_part", const("cuda_attn.rs", "PARTIAL_SOURCE"), const("cuda_attn.rs", "HEADER"),
-     ATTN_IN + "float* o_part, float* ml_part", [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
+     ATTN_IN + "float* o_part, float* ml_part", [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),
     ("hearth_attn_combine", const("cuda_attn.rs", "COMBINE_SOURCE"), "",
      "const float* o_part, const float* ml_part, const int32_t* dims, {T}* out",
-     [f"constexpr int D = {d}; constexpr int NTH = 128;" for d in (64, 128, 256)]),
+     [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))

@@ -34,8 +34,31 @@ use mlx_rs::{fast, Array, Dtype};
 use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
 use crate::error::{ModelError, Result};
 
-/// Threads per block of both kernels.
-const THREADS: i32 = 128;
+/// Threads per block of both kernels unless [`set_threads`] chose others.
+pub const DEFAULT_THREADS: usize = 128;
+
+/// Thread counts a block may have (a multiple of every head size's
+/// `head_dim / 8` threads per key; the shared buffers fit all of them).
+pub const THREAD_CHOICES: [usize; 3] = [128, 256, 512];
+
+/// Threads per block in force (see [`set_threads`]).
+static THREADS: AtomicUsize = AtomicUsize::new(DEFAULT_THREADS);
+
+/// Sets the threads per block (one of [`THREAD_CHOICES`]; others are
+/// refused). More threads take more keys per pass: a block walks a row's
+/// keys in `len / (threads / (head_dim / 8))` passes (unrolled by 4), which is
+/// what one call's time is made of at short rows (23.5 µs a layer for two
+/// rows of ~130 keys at 128 threads, bench/results/h200-2026-12-01-s8.md).
+/// Checked like the default, at first use.
+pub fn set_threads(threads: usize) -> std::result::Result<(), String> {
+    if !THREAD_CHOICES.contains(&threads) {
+        return Err(format!(
+            "threads per block must be one of {THREAD_CHOICES:?}, not {threads}"
+        ));
+    }
+    THREADS.store(threads, Ordering::Relaxed);
+    Ok(())
+}
 
 /// Most keys one block takes (its shared score buffer: `MAX_CHUNK` floats).
 pub const MAX_CHUNK: usize = 1024;
@@ -345,15 +368,16 @@ pub fn decode(
     ]);
     let dtype = q.dtype();
     // NTH: the block's threads, the launch's and the source's one number.
+    let threads = THREADS.load(Ordering::Relaxed) as i32;
     let template = [
         ("T", TemplateArg::Dtype(dtype)),
         ("D", TemplateArg::Int(d)),
-        ("NTH", TemplateArg::Int(THREADS)),
+        ("NTH", TemplateArg::Int(threads)),
     ];
     let blocks = n * hq;
     let launch = LaunchDims {
-        grid: (blocks * THREADS, splits as i32, 1),
-        block: (THREADS, 1, 1),
+        grid: (blocks * threads, splits as i32, 1),
+        block: (threads, 1, 1),
     };
     let inputs = [q, keys, values, lens, &dims];
     let out_shape = [n, hq, 1, d];
@@ -375,8 +399,8 @@ pub fn decode(
         )
     })?;
     let combine = LaunchDims {
-        grid: (blocks * THREADS, 1, 1),
-        block: (THREADS, 1, 1),
+        grid: (blocks * threads, 1, 1),
+        block: (threads, 1, 1),
     };
     let mut out = COMBINE.with(|k| {
         k.apply(
@@ -555,5 +579,16 @@ mod tests {
         // path).
         assert!(!usable(128, Dtype::Bfloat16));
         assert_eq!(target_blocks(), None);
+    }
+
+    #[test]
+    fn threads_per_block_take_only_the_compiled_choices() {
+        for bad in [0, 100, 1024] {
+            assert!(set_threads(bad).is_err(), "{bad}");
+        }
+        assert_eq!(THREADS.load(Ordering::Relaxed), DEFAULT_THREADS);
+        assert!(set_threads(256).is_ok());
+        assert_eq!(THREADS.load(Ordering::Relaxed), 256);
+        set_threads(DEFAULT_THREADS).unwrap();
     }
 }
