@@ -15,7 +15,8 @@
 #      H200_SWEEP_MODELS: the models whose servers are measured (default all);
 #      H200_NCU_DECODE: models whose decode step is profiled with Nsight
 #      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
-#      a variant's NCU_ROWS=... sets its own row counts);
+#      a variant's NCU_ROWS=... sets its own row counts; none starts after
+#      H200_NCU_UNTIL seconds, default 240, so the sweeps keep their time);
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
 #      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:);
@@ -160,6 +161,10 @@ EOF
         rows_list=${H200_NCU_ROWS:-1 2 8}
         for e in "${envs[@]}"; do [[ $e == NCU_ROWS=* ]] && rows_list=${e#NCU_ROWS=}; done
         for r in $rows_list; do
+          # The sweep needs its time: no profile starts after H200_NCU_UNTIL s.
+          if (( SECONDS > ${H200_NCU_UNTIL:-240} )); then
+            echo "ncu $name $vname rows $r: skipped (past H200_NCU_UNTIL)"; continue
+          fi
           log=/tmp/ncu/ncu-$name-$vname-r$r.csv
           # Only the last round's steps are profiled (--profile, ncu
           # --profile-from-start off): ncu took 30-70 ms a kernel here, and
