@@ -880,10 +880,12 @@ impl EngineLoop {
         self.running[i].fed = start + chunk;
         self.prefix_snapshot(i, start)?;
         if last {
-            // The pass itself runs here, in the sampler's read-back: time it
-            // as prefill, and only what follows as the first token's.
+            // The pass itself runs in the sampler's read-back; when traced,
+            // run it first, so the trace counts it as prefill.
             let logits = logits.reshape(&[1, -1])?;
-            logits.eval()?;
+            if self.trace.is_some() {
+                logits.eval()?;
+            }
             let t = Instant::now();
             let sampled = self.running[i].sampler.sample(&logits)?;
             self.emit(i, sampled);
