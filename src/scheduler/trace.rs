@@ -42,8 +42,14 @@ pub(super) struct StepTrace {
 impl StepTrace {
     /// Opens the trace file named by `HEARTH_STEP_TRACE`, if set.
     pub(super) fn from_env() -> Option<Self> {
-        let path = std::env::var_os("HEARTH_STEP_TRACE")?;
-        match File::create(&path) {
+        Self::create(std::path::Path::new(&std::env::var_os(
+            "HEARTH_STEP_TRACE",
+        )?))
+    }
+
+    /// Starts a trace file at `path` (its header line written).
+    fn create(path: &std::path::Path) -> Option<Self> {
+        match File::create(path) {
             Ok(file) => {
                 let mut out = BufWriter::new(file);
                 let _ = writeln!(
@@ -99,5 +105,57 @@ impl StepTrace {
 impl Drop for StepTrace {
     fn drop(&mut self) {
         let _ = self.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line has the header's columns, in its order (the summary
+    /// script reads them by name).
+    #[test]
+    fn lines_match_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.tsv");
+        let mut trace = StepTrace::create(&path).unwrap();
+        let t0 = Instant::now();
+        let stats = StepStats {
+            decode_rows: 3,
+            prefill_tokens: 40,
+            span: 4,
+            pipelined: true,
+            prefill_us: 11,
+            first_tokens_us: 12,
+            decode_us: 13,
+            deliver_us: 14,
+            cache_mb: 15,
+        };
+        trace.record(t0, t0 + std::time::Duration::from_micros(500), stats);
+        drop(trace);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+        assert_eq!(lines.len(), 2);
+        let row: std::collections::HashMap<&str, &str> = lines[0]
+            .iter()
+            .copied()
+            .zip(lines[1].iter().copied())
+            .collect();
+        assert_eq!(lines[0].len(), lines[1].len());
+        for (name, want) in [
+            ("step_us", "500"),
+            ("gap_us", "0"),
+            ("decode_rows", "3"),
+            ("prefill_tokens", "40"),
+            ("span", "4"),
+            ("pipelined", "1"),
+            ("prefill_us", "11"),
+            ("first_tokens_us", "12"),
+            ("decode_us", "13"),
+            ("deliver_us", "14"),
+            ("cache_mb", "15"),
+        ] {
+            assert_eq!(row.get(name), Some(&want), "{name}");
+        }
     }
 }
