@@ -13,35 +13,13 @@ steps (kernel compiles). With --window the log holds only the steps that
 kernel count, then kernels grouped by name and grid (which tells the weight
 matrices apart), with time per step, DRAM bytes read and the bandwidth.
 """
-import csv
-import io
-import lzma
 import statistics
 import sys
 from collections import defaultdict
 
-from ncu_steps import short_name
+from ncu_steps import kernels, short_name
 
 MARK = "arg_reduce_general"
-SCALE = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
-BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
-
-
-def kernels(path):
-    """[(name, grid, ns, bytes)] in launch order."""
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt", errors="replace") as f:
-        lines = [line for line in f if line.startswith('"')]
-    by_id = {}
-    for row in csv.DictReader(io.StringIO("".join(lines))):
-        k = by_id.setdefault(row["ID"], [row["Kernel Name"], row.get("Grid Size", ""), 0.0, 0.0])
-        value = float(row["Metric Value"].replace(",", "") or 0)
-        unit = row.get("Metric Unit", "")
-        if row["Metric Name"] == "gpu__time_duration.sum":
-            k[2] = value * SCALE.get(unit, 1.0)
-        elif row["Metric Name"] == "dram__bytes_read.sum":
-            k[3] = value * BYTES.get(unit, 1.0)
-    return [tuple(v) for _, v in sorted(by_id.items(), key=lambda kv: int(kv[0]))]
 
 
 def steps(ks, window):

@@ -16,20 +16,34 @@ import sys
 from collections import defaultdict
 
 
-def read(path):
+SCALE = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
+BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def kernels(path):
+    """The log's kernels in launch order: [(name, grid, ns, dram bytes read)]."""
     opener = lzma.open if path.endswith(".xz") else open
     with opener(path, "rt", errors="replace") as f:
         lines = [line for line in f if line.startswith('"')]
-    count, time_ns = defaultdict(int), defaultdict(float)
+    by_id = {}
     for row in csv.DictReader(io.StringIO("".join(lines))):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        name = short_name(row["Kernel Name"])
-        value = float(row["Metric Value"].replace(",", ""))
-        unit = row.get("Metric Unit", "ns")
-        scale = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
+        k = by_id.setdefault(row["ID"], [row["Kernel Name"], row.get("Grid Size", ""), 0.0, 0.0])
+        value = float(row["Metric Value"].replace(",", "") or 0)
+        unit = row.get("Metric Unit", "")
+        if row["Metric Name"] == "gpu__time_duration.sum":
+            k[2] = value * SCALE.get(unit, 1.0)
+        elif row["Metric Name"] == "dram__bytes_read.sum":
+            k[3] = value * BYTES.get(unit, 1.0)
+    return [tuple(v) for _, v in sorted(by_id.items(), key=lambda kv: int(kv[0]))]
+
+
+def read(path):
+    """Launches and GPU time per kernel name."""
+    count, time_ns = defaultdict(int), defaultdict(float)
+    for name, _grid, ns, _bytes in kernels(path):
+        name = short_name(name)
         count[name] += 1
-        time_ns[name] += value * scale.get(unit, 1.0)
+        time_ns[name] += ns
     return count, time_ns
 
 

@@ -513,17 +513,21 @@ pub fn set_explicit_prefill_keys(max_keys: usize) {
 /// Attention with no explicit mask: causal for several query tokens (the
 /// last `L` positions of the keys), nothing for one.
 fn attend_causal(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
-    Ok(if q.dim(2) > 1 {
-        // Bounded in queries too: the scores are heads × L × T floats.
-        let explicit = k.dim(2) as usize <= EXPLICIT_PREFILL_KEYS.load(Ordering::Relaxed);
-        if explicit && q.dim(2) <= EXPLICIT_PREFILL_MAX_QUERIES {
-            return attend_explicit(q, k, v, scale);
-        }
-        let causal = ScaledDotProductAttentionMask::Causal;
-        fast::scaled_dot_product_attention(q, k, v, scale, causal, None)?
-    } else {
-        fast::scaled_dot_product_attention(q, k, v, scale, None, None)?
-    })
+    if q.dim(2) == 1 {
+        return Ok(fast::scaled_dot_product_attention(
+            q, k, v, scale, None, None,
+        )?);
+    }
+    // Bounded in queries too: the scores are heads × L × T floats.
+    if k.dim(2) as usize <= EXPLICIT_PREFILL_KEYS.load(Ordering::Relaxed)
+        && q.dim(2) <= EXPLICIT_PREFILL_MAX_QUERIES
+    {
+        return attend_explicit(q, k, v, scale);
+    }
+    let causal = ScaledDotProductAttentionMask::Causal;
+    Ok(fast::scaled_dot_product_attention(
+        q, k, v, scale, causal, None,
+    )?)
 }
 
 /// Causal attention of `q: [B, H, L, D]` (the last `L` positions) over

@@ -238,6 +238,18 @@ fn plan_prefill(
     chunks
 }
 
+/// Rows `rows` of `logits` (`[n, vocab]`), in that order; no gather when
+/// they are all of them in order.
+fn take_rows(logits: Array, rows: &[i32]) -> anyhow::Result<Array> {
+    let all =
+        rows.len() as i32 == logits.dim(0) && rows.iter().enumerate().all(|(k, &r)| r == k as i32);
+    Ok(if all {
+        logits
+    } else {
+        logits.take_axis(Array::from_slice(rows, &[rows.len() as i32]), 0)?
+    })
+}
+
 /// A decode step whose sampled tokens are still on the device.
 struct InFlight {
     pending: PendingBatch,
@@ -676,12 +688,7 @@ impl EngineLoop {
             .iter()
             .map(|&i| self.running[i].row as i32)
             .collect();
-        let contiguous = rows.iter().enumerate().all(|(k, &r)| r == k as i32) && rows.len() == span;
-        let logits = if contiguous {
-            logits
-        } else {
-            logits.take_axis(Array::from_slice(&rows, &[rows.len() as i32]), 0)?
-        };
+        let logits = take_rows(logits, &rows)?;
         let pending = {
             let mut samplers: Vec<&mut Sampler> = Vec::with_capacity(decoding.len());
             let mut k = 0;
@@ -733,7 +740,7 @@ impl EngineLoop {
         let t = Instant::now();
         let sampled = step.pending.read()?;
         for (id, s) in step.ids.iter().zip(sampled) {
-            let Some(i) = self.running.iter().position(|q| q.sub.id == *id) else {
+            let Some(i) = self.index_of(*id) else {
                 continue;
             };
             let seq = &mut self.running[i];
@@ -819,22 +826,12 @@ impl EngineLoop {
     /// pass completed (`(row of logits, job id)`), in one batch (one read
     /// back, not one per prompt), and emits them.
     fn first_tokens(&mut self, logits: &Array, completed: &[(i32, u64)]) -> anyhow::Result<()> {
-        let in_order = completed.len() as i32 == logits.dim(0)
-            && completed
-                .iter()
-                .enumerate()
-                .all(|(j, &(k, _))| k == j as i32);
-        let rows = if in_order {
-            logits.clone()
-        } else {
-            let ks: Vec<i32> = completed.iter().map(|&(k, _)| k).collect();
-            logits.take_axis(Array::from_slice(&ks, &[ks.len() as i32]), 0)?
-        };
-        let position = |running: &[Sequence], id: u64| running.iter().position(|s| s.sub.id == id);
+        let ks: Vec<i32> = completed.iter().map(|&(k, _)| k).collect();
+        let rows = take_rows(logits.clone(), &ks)?;
         let places = completed
             .iter()
             .map(|&(_, id)| {
-                position(&self.running, id)
+                self.index_of(id)
                     .with_context(|| format!("job {id} left during its prefill pass"))
             })
             .collect::<anyhow::Result<Vec<usize>>>()?;
@@ -855,11 +852,17 @@ impl EngineLoop {
             Sampler::sample_batch(&mut samplers, &rows)?
         };
         for (&(_, id), s) in completed.iter().zip(sampled) {
-            if let Some(i) = position(&self.running, id) {
+            if let Some(i) = self.index_of(id) {
                 self.emit(i, s);
             }
         }
         Ok(())
+    }
+
+    /// Where the running sequence of job `id` is now (ending a sequence
+    /// moves others).
+    fn index_of(&self, id: u64) -> Option<usize> {
+        self.running.iter().position(|s| s.sub.id == id)
     }
 
     /// Feeds `chunk` prompt tokens of sequence `i`; samples its first token

@@ -79,6 +79,12 @@ pub struct SchedulerConfig {
     pub idle_release: Duration,
 }
 
+/// A setting in seconds as a duration: `None` unless finite and `>= 0`;
+/// at most a day.
+pub fn seconds(s: f64) -> Option<Duration> {
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(86_400.0)))
+}
+
 /// How long an idle engine keeps freed buffers cached by default.
 pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(30);
 
@@ -123,11 +129,9 @@ impl Default for SchedulerConfig {
             batch_prefill: std::env::var("HEARTH_BATCH_PREFILL").map_or(true, |v| v != "off"),
             idle_release: std::env::var("HEARTH_IDLE_RELEASE")
                 .ok()
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map_or(DEFAULT_IDLE_RELEASE, |s| {
-                    Duration::from_secs_f64(s.min(86_400.0))
-                }),
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .and_then(seconds)
+                .unwrap_or(DEFAULT_IDLE_RELEASE),
         }
     }
 }

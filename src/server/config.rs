@@ -318,16 +318,14 @@ impl ServerSettings {
             pipeline_decode: self.pipeline_decode,
             warmup: self.warmup,
             batch_prefill: self.batch_prefill,
-            idle_release: Duration::try_from_secs_f64(
-                self.idle_release_seconds.clamp(0.0, 86_400.0),
-            )
-            .unwrap_or(crate::scheduler::DEFAULT_IDLE_RELEASE),
+            idle_release: crate::scheduler::seconds(self.idle_release_seconds)
+                .unwrap_or(crate::scheduler::DEFAULT_IDLE_RELEASE),
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_secs_f64(self.shutdown_grace_seconds.clamp(0.0, 86_400.0))
+        crate::scheduler::seconds(self.shutdown_grace_seconds).unwrap_or_default()
     }
 }
 
