@@ -13,6 +13,7 @@
 #      and variant (H200_DECODE_ARGS: its extra arguments, e.g. --gemv lists;
 #      H200_DECODE_PREFIX: a command in front, e.g. taskset -c 0-3);
 #      H200_SWEEP_MODELS: the models whose servers are measured (default all);
+#      H200_PEER=0: no mlx_lm.server in the sweep (an A/B of Hearth variants);
 #      H200_NCU_DECODE: models whose decode step is profiled with Nsight
 #      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
 #      a variant's NCU_ROWS=... sets its own row counts; none starts after
@@ -208,8 +209,14 @@ EOF
         > "/tmp/hearth-serve-$name-$vname.log" 2>&1 &
       pids+=($!) ports+=($port) compare+="$vname=http://127.0.0.1:$port,"
     done
-    python3 -m mlx_lm server --model "/tmp/$name" --port 8081 > "/tmp/mlx-lm-serve-$name.log" 2>&1 &
-    pids+=($!) ports+=(8081) compare+="mlx_lm=http://127.0.0.1:8081"
+    # H200_PEER=0: Hearth variants only (an A/B of Hearth settings; the peer's
+    # numbers then come from another run).
+    if [[ ${H200_PEER:-1} == 1 ]]; then
+      python3 -m mlx_lm server --model "/tmp/$name" --port 8081 > "/tmp/mlx-lm-serve-$name.log" 2>&1 &
+      pids+=($!) ports+=(8081) compare+="mlx_lm=http://127.0.0.1:8081"
+    else
+      compare=${compare%,}
+    fi
     for port in "${ports[@]}"; do
       for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
     done
