@@ -46,6 +46,67 @@ impl DeviceInfo {
     }
 }
 
+/// MLX's environment setting for CUDA graphs, and the value Hearth gives it
+/// when the environment does not.
+pub const CUDA_GRAPHS_VAR: &str = "MLX_USE_CUDA_GRAPHS";
+pub const DEFAULT_CUDA_GRAPHS: &str = "0";
+
+/// The value to give `MLX_USE_CUDA_GRAPHS` when it is `current` (`None`:
+/// leave it as the user set it).
+///
+/// MLX's CUDA backend records kernels into CUDA graphs and keeps the
+/// instantiated graphs in a cache keyed by their node structure
+/// (`MLX_CUDA_GRAPH_CACHE_SIZE`, 400 entries). Its miss counter counts for
+/// the whole process and never resets: after twice the capacity, every
+/// graph of a structure it has not cached fails ("Cache thrashing is
+/// happening ..."). Prompt passes of new lengths and batch compositions keep
+/// adding structures, so a long-running server would end up failing
+/// requests; on the H200 an A/B variant did within minutes
+/// (bench/results/h200-2026-12-01-s9.md). Without graphs nothing is cached:
+/// one-stream dense decode was ~15% slower there, the MoE's the same within
+/// noise, and prompt steps faster (TTFT p50 21-58 ms against 73-101 ms at
+/// 2-8 streams). A server must not fail after hours, so graphs are off
+/// unless `MLX_USE_CUDA_GRAPHS=1` asks for them (docs/cuda.md).
+pub fn cuda_graphs_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+    match current {
+        Some(_) => None,
+        None => Some(DEFAULT_CUDA_GRAPHS),
+    }
+}
+
+/// Applies Hearth's defaults for MLX's CUDA backend to the process
+/// environment ([`cuda_graphs_setting`]); harmless elsewhere (no other
+/// backend reads them). MLX reads them once, at its first use of the GPU,
+/// so call it at the start of `main`, before any other thread exists.
+pub fn apply_mlx_env_defaults() {
+    if let Some(value) = cuda_graphs_setting(std::env::var_os(CUDA_GRAPHS_VAR).as_deref()) {
+        std::env::set_var(CUDA_GRAPHS_VAR, value);
+    }
+}
+
+/// An integer setting as MLX reads it (C's `atoi`: leading blanks, a sign,
+/// the digits up to the first other character; 0 when there are none).
+fn mlx_int(value: &str) -> i64 {
+    let s = value.trim_start();
+    let (sign, digits) = match s.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    sign * digits[..end].parse::<i64>().unwrap_or(0)
+}
+
+/// What an operator should do about an engine error, where Hearth knows.
+pub fn engine_error_hint(message: &str) -> Option<&'static str> {
+    message.contains("Cache thrashing is happening").then_some(
+        "MLX's CUDA graph cache has seen too many graph shapes in this process and now fails \
+         every new one: restart the server, and leave MLX_USE_CUDA_GRAPHS unset (Hearth's default, \
+         graphs off) or set MLX_CUDA_GRAPH_CACHE_SIZE higher (docs/cuda.md)",
+    )
+}
+
 /// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others:
 /// MLX's GEMV for one row, tensor cores for 2–16 rows on weights up to 32
 /// MiB, cuBLAS above. In-process on the H200 this made two-row steps 1.20x
@@ -67,11 +128,6 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 ///   [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`]), a number of
 ///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA);
 ///   `HEARTH_CUDA_ATTN_THREADS` its threads per block (128 by default).
-/// - explicit attention for prompt chunks of up to
-///   `HEARTH_PREFILL_ATTN_KEYS=N` keys instead of cuDNN's, which builds a
-///   graph for every new pair of lengths
-///   (`hearth_models::layers::set_explicit_prefill_keys`); off by default
-///   ([`DEFAULT_EXPLICIT_PREFILL_KEYS`]) until measured on the H200.
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -79,25 +135,16 @@ pub fn enable_cuda_kernels() {
     if DeviceInfo::detect().backend != "cuda" {
         return;
     }
+    let graphs = std::env::var(CUDA_GRAPHS_VAR).unwrap_or_default();
+    tracing::info!(
+        MLX_USE_CUDA_GRAPHS = %graphs,
+        MLX_CUDA_GRAPH_CACHE_SIZE = %std::env::var("MLX_CUDA_GRAPH_CACHE_SIZE").unwrap_or_default(),
+        "CUDA graphs {}",
+        if mlx_int(&graphs) != 0 { "on" } else { "off" }
+    );
     enable_cuda_gemv();
     enable_cuda_attn();
-    let keys = std::env::var("HEARTH_PREFILL_ATTN_KEYS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_EXPLICIT_PREFILL_KEYS);
-    if keys > 0 {
-        tracing::info!(max_keys = keys, "explicit attention for prompt chunks");
-    }
-    hearth_models::layers::set_explicit_prefill_keys(keys);
 }
-
-/// Prompt chunks with up to this many keys attend through explicit matrix
-/// products on MLX's CUDA backend (0: none, cuDNN's fused attention for
-/// all). A first prompt of a new length paid about 100 ms in one pass on
-/// the H200, which cuDNN's per-shape graph build would explain; the A/B
-/// against `HEARTH_PREFILL_ATTN_KEYS=4096` has not run yet
-/// (bench/results/h200-2026-12-01-s8.md), so the measured path stays.
-pub const DEFAULT_EXPLICIT_PREFILL_KEYS: usize = 0;
 
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv::{self, Route};
@@ -161,6 +208,41 @@ fn enable_cuda_attn() {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn cuda_graphs_are_off_unless_the_environment_sets_them() {
+        assert_eq!(super::cuda_graphs_setting(None), Some("0"));
+        for set in ["1", "0", "", "yes"] {
+            assert_eq!(super::cuda_graphs_setting(Some(OsStr::new(set))), None);
+        }
+    }
+
+    #[test]
+    fn settings_read_like_mlx_reads_them() {
+        for (value, expect) in [
+            ("0", 0),
+            ("1", 1),
+            (" 12x", 12),
+            ("+3", 3),
+            ("-2", -2),
+            ("", 0),
+            ("true", 0),
+            ("yes", 0),
+        ] {
+            assert_eq!(super::mlx_int(value), expect, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn the_graph_cache_abort_gets_a_hint() {
+        let mlx = "Cache thrashing is happening, please set the environment variable \
+                   MLX_CUDA_GRAPH_CACHE_SIZE to a larger value than 400 to fix degraded performance.";
+        let hint = super::engine_error_hint(mlx).unwrap();
+        assert!(hint.contains("restart") && hint.contains("MLX_USE_CUDA_GRAPHS"));
+        assert_eq!(super::engine_error_hint("out of memory"), None);
+    }
+
     use super::*;
 
     #[test]

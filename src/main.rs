@@ -159,6 +159,8 @@ struct GenerateArgs {
 }
 
 fn main() {
+    // Before anything touches MLX or starts a thread.
+    hearth::device::apply_mlx_env_defaults();
     let cli = Cli::parse();
     // A server logs one line per request (counts and timings, never text).
     let default_filter = match cli.command {

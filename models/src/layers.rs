@@ -5,8 +5,6 @@
 //! Layers hold their weights as plain MLX arrays under the checkpoint's own
 //! names (see [`crate::weights::Weights`]); nothing here knows about files.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
     ops::{self, indexing::Ellipsis, indexing::IndexOp},
@@ -487,29 +485,6 @@ pub fn attend(q: &Array, k: &Array, v: &Array, scale: f32, cache: &CacheView) ->
     }
 }
 
-/// Prompt chunks with at most this many keys attend through
-/// [`attend_explicit`] instead of MLX's fused attention; 0 (the default):
-/// always fused. Set on MLX's CUDA backend ([`set_explicit_prefill_keys`]).
-static EXPLICIT_PREFILL_KEYS: AtomicUsize = AtomicUsize::new(0);
-
-/// Longest chunk that attends explicitly (the server's chunks are 512 on a
-/// GPU; a whole long prompt in one pass goes to the fused kernel).
-const EXPLICIT_PREFILL_MAX_QUERIES: i32 = 1024;
-
-/// Sets the most keys a prompt chunk may have to attend through explicit
-/// matrix products (0: never). On MLX's CUDA backend the fused attention of
-/// several queries is cuDNN's, which builds and compiles a graph for every
-/// new combination of query and key lengths (and strides), tens of
-/// milliseconds each (by MLX's source): every prompt of a new length would
-/// pay that in the middle of serving, a batched prefill once per distinct
-/// chunk length
-/// (bench/results/h200-2026-12-01-s8.md). The explicit products have no such
-/// cost and, up to a few thousand keys, should cost less than the build
-/// (not yet measured: off by default, `HEARTH_PREFILL_ATTN_KEYS`).
-pub fn set_explicit_prefill_keys(max_keys: usize) {
-    EXPLICIT_PREFILL_KEYS.store(max_keys, Ordering::Relaxed);
-}
-
 /// Attention with no explicit mask: causal for several query tokens (the
 /// last `L` positions of the keys), nothing for one.
 fn attend_causal(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
@@ -518,42 +493,10 @@ fn attend_causal(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
             q, k, v, scale, None, None,
         )?);
     }
-    // Bounded in queries too: the scores are heads × L × T floats.
-    if k.dim(2) as usize <= EXPLICIT_PREFILL_KEYS.load(Ordering::Relaxed)
-        && q.dim(2) <= EXPLICIT_PREFILL_MAX_QUERIES
-    {
-        return attend_explicit(q, k, v, scale);
-    }
     let causal = ScaledDotProductAttentionMask::Causal;
     Ok(fast::scaled_dot_product_attention(
         q, k, v, scale, causal, None,
     )?)
-}
-
-/// Causal attention of `q: [B, H, L, D]` (the last `L` positions) over
-/// `k`, `v: [B, KVH, T, D]` as matrix products: the query heads that share
-/// a key head are stacked (`[B, KVH, H/KVH · L, D]`), scores and softmax in
-/// f32, future keys masked out.
-fn attend_explicit(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
-    let (b, heads, l, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
-    let (kv_heads, t) = (k.dim(1), k.dim(2));
-    let group = heads / kv_heads;
-    let qg = q
-        .multiply(Array::from_f32(scale).as_dtype(q.dtype())?)?
-        .reshape(&[b, kv_heads, group * l, d])?;
-    let scores = qg
-        .matmul(k.swap_axes(-1, -2)?)?
-        .as_dtype(mlx_rs::Dtype::Float32)?
-        .reshape(&[b, kv_heads, group, l, t])?;
-    // Query i (at position t - l + i) sees keys 0..=t - l + i.
-    let qpos = ops::arange::<_, i32>(t - l, t, None)?.reshape(&[l, 1])?;
-    let kpos = ops::arange::<_, i32>(0, t, None)?.reshape(&[1, t])?;
-    let visible = kpos.le(&qpos)?;
-    let scores = ops::select(&visible, &scores, Array::from_f32(f32::NEG_INFINITY))?;
-    let probs = ops::softmax_axis(&scores, -1, None)?
-        .as_dtype(v.dtype())?
-        .reshape(&[b, kv_heads, group * l, t])?;
-    Ok(probs.matmul(v)?.reshape(&[b, heads, l, d])?)
 }
 
 /// A batched prefill's attention: `q` is `[n, heads, width, D]`, chunk `i`
@@ -784,39 +727,5 @@ mod group_tests {
         assert_eq!(mixed.forward(&x).unwrap().len(), 2);
         let kinds = group(vec![quantized(&w1, 4), dense(&w2, None)]);
         assert!(matches!(kinds, LinearGroup::Separate(..)));
-    }
-}
-
-#[cfg(test)]
-mod attention_tests {
-    use super::*;
-    use mlx_rs::random;
-
-    fn normal(shape: &[i32], seed: u64) -> Array {
-        random::normal::<f32>(shape, None, None, &random::key(seed).unwrap()).unwrap()
-    }
-
-    /// The explicit prompt-chunk attention equals MLX's fused causal one,
-    /// for a first chunk (L = T) and a later one (L < T), with grouped heads.
-    #[test]
-    fn explicit_prefill_attention_equals_fused() {
-        for (l, t) in [(7, 7), (5, 13), (1 + 16, 40)] {
-            let q = normal(&[2, 6, l, 16], 1);
-            let k = normal(&[2, 2, t, 16], 2);
-            let v = normal(&[2, 2, t, 16], 3);
-            let causal = ScaledDotProductAttentionMask::Causal;
-            let fused = fast::scaled_dot_product_attention(&q, &k, &v, 0.25, causal, None).unwrap();
-            let explicit = attend_explicit(&q, &k, &v, 0.25).unwrap();
-            assert_eq!(explicit.shape(), fused.shape());
-            let gap = explicit
-                .subtract(&fused)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max(None)
-                .unwrap()
-                .item_exact::<f32>();
-            assert!(gap < 1e-4, "L {l} T {t}: max gap {gap}");
-        }
     }
 }

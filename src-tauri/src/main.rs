@@ -19,6 +19,8 @@ mod tray;
 use tauri::{Manager, RunEvent};
 
 fn main() {
+    // The engine runs in this process: MLX's settings before any thread.
+    hearth::device::apply_mlx_env_defaults();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

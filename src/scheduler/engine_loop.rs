@@ -363,7 +363,13 @@ impl EngineLoop {
                 let stats = match self.step() {
                     Ok(stats) => stats,
                     Err(e) => {
-                        tracing::error!(error = %e, "engine step failed");
+                        let message = format!("{e:#}");
+                        match crate::device::engine_error_hint(&message) {
+                            Some(hint) => {
+                                tracing::error!(error = %message, hint, "engine step failed")
+                            }
+                            None => tracing::error!(error = %message, "engine step failed"),
+                        }
                         self.fail_all(&format!("engine error: {e}"));
                         StepStats::default()
                     }
