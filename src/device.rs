@@ -128,6 +128,9 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 ///   [`hearth_models::cuda_attn::DEFAULT_TARGET_BLOCKS`]), a number of
 ///   blocks a step aims at (0: fewest key chunks), or `off` (MLX's SDPA);
 ///   `HEARTH_CUDA_ATTN_THREADS` its threads per block (128 by default).
+/// - one kernel per layer for a decode step's q/k RMSNorm, RoPE and
+///   attention layout (models/src/cuda_qk.rs): `HEARTH_CUDA_QK=on|off`
+///   ([`DEFAULT_CUDA_QK`]).
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -144,6 +147,37 @@ pub fn enable_cuda_kernels() {
     );
     enable_cuda_gemv();
     enable_cuda_attn();
+    enable_cuda_qk();
+}
+
+/// Whether the decode step's q/k norm + RoPE + layout kernel is on unless
+/// `HEARTH_CUDA_QK` says: not yet. It replaces seven small kernels per layer
+/// at two rows and four at one, 0.82 and 0.46 ms of GPU time a dense step
+/// (bench/results/h200-2026-12-01-s9.md), and compiles for every shape it
+/// takes, but it was written in a session without device time: it has
+/// neither run its self-check on a GPU nor been timed end to end.
+pub const DEFAULT_CUDA_QK: &str = "off";
+
+/// The decode step's q/k norm + RoPE + layout kernel (models/src/cuda_qk.rs):
+/// `HEARTH_CUDA_QK` is `on` or `off` (MLX's ops; [`DEFAULT_CUDA_QK`]).
+fn enable_cuda_qk() {
+    use hearth_models::cuda_qk;
+    let setting = std::env::var("HEARTH_CUDA_QK").unwrap_or_else(|_| DEFAULT_CUDA_QK.into());
+    match setting.trim() {
+        "on" => {
+            // Checked per head shape and type at first use (cuda_qk::usable).
+            tracing::info!("q/k/v kernel enabled");
+            cuda_qk::enable();
+        }
+        "off" => cuda_qk::disable(),
+        other => {
+            tracing::warn!(
+                setting = other,
+                "HEARTH_CUDA_QK: want on or off; kernel off"
+            );
+            cuda_qk::disable();
+        }
+    }
 }
 
 fn enable_cuda_gemv() {

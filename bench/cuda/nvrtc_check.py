@@ -1,4 +1,4 @@
-"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs) with NVRTC the way
+"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -19,7 +19,7 @@ import sys
 
 site = pathlib.Path(sys.argv[1])
 srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
-sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs"]}
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs"]}
 
 
 def const(file, name):
@@ -45,6 +45,11 @@ kernels = [
     ("hearth_attn_combine", const("cuda_attn.rs", "COMBINE_SOURCE"), "",
      "const float* o_part, const float* ml_part, const int32_t* dims, {T}* out",
      [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),
+    ("hearth_qk", const("cuda_qk.rs", "SOURCE"), "",
+     "const {T}* qkv, const {T}* qw, const {T}* kw, const float* inv, const int32_t* pos, "
+     "const int32_t* dims, {T}* q_out, {T}* k_out, {T}* v_out",
+     [f"constexpr int D = {d}; constexpr int R = {r}; constexpr int NORM = {n}; constexpr int NW = 4;"
+      for d in (64, 128, 256) for r in sorted({d, d // 4}) for n in (0, 1)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
@@ -54,7 +59,7 @@ dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
 for name, body, header, signature, variants in kernels:
     for dtype in ["__nv_bfloat16", "__half"]:
         for consts in variants:
-            tag = re.sub(r"\W+", "_", consts.split(";")[0].split("int ")[1]).strip("_")
+            tag = "_".join(re.findall(r"int (\w+) = (\d+)", consts)[i][j] for i in range(consts.count(";")) for j in (0, 1))
             fn = f"custom_kernel_{name}_{dtype}_{tag}"
             text = (
                 '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'

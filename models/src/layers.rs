@@ -378,6 +378,9 @@ pub struct Rope {
     scale: f32,
     /// Per-dimension wavelengths when the scaling needs custom frequencies.
     freqs: Option<Array>,
+    /// `scale / wavelength`'s divisor per rotated pair, f32 (for
+    /// [`crate::cuda_qk`], which rotates inside its kernel).
+    inv_freqs: Option<Array>,
 }
 
 impl Rope {
@@ -394,6 +397,7 @@ impl Rope {
             base: config.rope_theta,
             scale: 1.0,
             freqs: None,
+            inv_freqs: None,
         };
         match config.rope_scaling {
             None => {}
@@ -424,7 +428,23 @@ impl Rope {
                 rope.freqs = Some(Array::from_slice(&freqs, &[dims / 2]));
             }
         }
+        rope.inv_freqs = crate::cuda_qk::inv_freqs(dims, rope.base, rope.freqs.as_ref()).ok();
         rope
+    }
+
+    /// What [`crate::cuda_qk::prepare`] needs to rotate like this RoPE at
+    /// `positions`; `None` for the traditional (interleaved) layout, which
+    /// the kernel does not do.
+    pub fn fused<'a>(&'a self, positions: &'a Array) -> Option<crate::cuda_qk::QkRope<'a>> {
+        if self.traditional {
+            return None;
+        }
+        Some(crate::cuda_qk::QkRope {
+            dims: self.dims,
+            inv_freqs: self.inv_freqs.as_ref()?,
+            scale: self.scale,
+            positions,
+        })
     }
 
     /// Applies RoPE to `x: [B, H, L, D]` for positions `offset..offset+L`
@@ -582,17 +602,20 @@ impl Attention {
             }
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let qkv = self.qkv.forward(x)?;
-        let q = heads(&qkv[0], self.n_heads, self.q_norm.as_ref())?;
-        let k = heads(&qkv[1], self.n_kv_heads, self.k_norm.as_ref())?;
-        let v = heads(&qkv[2], self.n_kv_heads, None)?;
-
-        let (q, k) = {
-            let offset = cache.rope_offset();
-            (
-                self.rope.forward(&q, &offset)?,
-                self.rope.forward(&k, &offset)?,
-            )
+        let (q, k, v) = match self.fused_qkv(x, cache)? {
+            Some(qkv) => qkv,
+            None => {
+                let qkv = self.qkv.forward(x)?;
+                let q = heads(&qkv[0], self.n_heads, self.q_norm.as_ref())?;
+                let k = heads(&qkv[1], self.n_kv_heads, self.k_norm.as_ref())?;
+                let v = heads(&qkv[2], self.n_kv_heads, None)?;
+                let offset = cache.rope_offset();
+                (
+                    self.rope.forward(&q, &offset)?,
+                    self.rope.forward(&k, &offset)?,
+                    v,
+                )
+            }
         };
         let (k, v) = cache.update_and_fetch(&k, &v)?;
         let out = attend(&q, &k, &v, self.scale, cache)?;
@@ -600,6 +623,52 @@ impl Attention {
             out.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, l, self.n_heads * self.head_dim])?;
         self.o_proj.forward(&out)
+    }
+
+    /// A decode step's q, k, v through [`crate::cuda_qk`]'s one kernel
+    /// (norms, RoPE and the attention layout), where it is in force: one
+    /// token per row, joined q/k/v, both norms or none, non-interleaved RoPE.
+    fn fused_qkv(&self, x: &Array, cache: &CacheView) -> Result<Option<(Array, Array, Array)>> {
+        let LinearGroup::Joined(linear, _) = &self.qkv else {
+            return Ok(None);
+        };
+        let norm = match (&self.q_norm, &self.k_norm) {
+            (Some(q), Some(k)) if q.eps == k.eps => Some(crate::cuda_qk::QkNorm {
+                q: &q.weight,
+                k: &k.weight,
+                eps: q.eps,
+            }),
+            (None, None) => None,
+            _ => return Ok(None),
+        };
+        if x.dim(1) != 1
+            || !crate::cuda_qk::usable(self.head_dim, self.rope.dims, x.dtype(), norm.is_some())
+        {
+            return Ok(None);
+        }
+        let scalar;
+        let positions = match cache.rope_offset() {
+            RopeOffset::PerRow(offsets) => offsets,
+            RopeOffset::Scalar(o) => {
+                scalar = Array::from_int(o as i32);
+                &scalar
+            }
+        };
+        let Some(rope) = self.rope.fused(positions) else {
+            return Ok(None);
+        };
+        let shape = crate::cuda_qk::QkShape {
+            hq: self.n_heads,
+            hkv: self.n_kv_heads,
+            head_dim: self.head_dim,
+        };
+        let qkv = linear.forward(x)?;
+        Ok(Some(crate::cuda_qk::prepare(
+            &qkv,
+            shape,
+            norm.as_ref(),
+            &rope,
+        )?))
     }
 
     pub fn nbytes(&self) -> usize {
