@@ -20,7 +20,8 @@
 #      H200_NCU_UNTIL seconds, default 240, so the sweeps keep their time);
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
-#      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:);
+#      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:), with
+#      H200_PREFILL_ARGS (e.g. --new-lengths: a new prompt length each round);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -189,7 +190,7 @@ EOF
         for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do
           echo "### prefill-bench $name $vname $pt" | tee -a "$OUT/inproc.md"
           env "${envs[@]}" timeout 200 $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
-            --tokens "${pt#*x}" 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
+            --tokens "${pt#*x}" ${H200_PREFILL_ARGS:-} 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
         done
       done
       stamp "$name: prefill bench done"

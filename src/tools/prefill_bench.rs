@@ -25,6 +25,12 @@ pub struct Options {
     /// Timed rounds after a warm-up round.
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
+    /// Make each round's prompts one token longer than the last round's, so
+    /// that every pass meets shapes the process has not seen (what a server
+    /// meets with each new prompt length: per-shape plans, graphs and kernel
+    /// compiles then count); by default every round repeats one shape.
+    #[arg(long)]
+    pub new_lengths: bool,
 }
 
 fn fresh(model: &Model) -> Vec<BatchKv> {
@@ -50,7 +56,8 @@ pub fn run(opts: &Options) -> Result<()> {
     let m = &loaded.model;
     let kv_heads = m.config.num_key_value_heads;
     let vocab = m.config.vocab_size as i32;
-    let (n, len) = (opts.prompts.max(1), opts.tokens.max(1));
+    let (n, base_len) = (opts.prompts.max(1), opts.tokens.max(1));
+    let longest = base_len + if opts.new_lengths { opts.rounds } else { 0 };
     let ids = |row: usize, count: usize| -> Vec<i32> {
         (0..count)
             .map(|i| ((i * 7 + row * 13) as i32 % vocab).max(1))
@@ -58,10 +65,16 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let shape = BatchShape {
         rows: n,
-        capacity: (n * len).div_ceil(256) * 256,
+        capacity: (n * longest).div_ceil(256) * 256,
     };
     let mut times: [Vec<f64>; 3] = Default::default();
+    let mut tokens = 0;
     for round in 0..=opts.rounds {
+        let len = if opts.new_lengths {
+            base_len + round
+        } else {
+            base_len
+        };
         // One pass per chunk.
         let mut kv = fresh(m);
         let started = Instant::now();
@@ -95,16 +108,27 @@ pub fn run(opts: &Options) -> Result<()> {
         eval(&kv, &logits)?;
         let one = started.elapsed();
         if round > 0 {
+            tokens += n * len;
             for (t, d) in times.iter_mut().zip([seq, batched, one]) {
                 t.push(d.as_secs_f64() * 1e3);
             }
         }
     }
+    let lengths = if opts.new_lengths {
+        format!(
+            "{}..={longest} tokens, a new length each round",
+            base_len + 1
+        )
+    } else {
+        format!("{base_len} tokens")
+    };
     println!(
-        "{}: {n} prompts of {len} tokens, p50 of {} rounds\n",
+        "{}: {n} prompts of {lengths}, p50 of {} rounds\n",
         opts.model.display(),
         opts.rounds
     );
+    // Tokens of a median round (the mean over the timed rounds).
+    let round_tokens = tokens as f64 / opts.rounds.max(1) as f64;
     println!("| pass | ms p50 | prompt tokens/s | vs a pass per chunk |");
     println!("|---|---:|---:|---:|");
     let p50 = |t: &mut Vec<f64>| {
@@ -115,11 +139,11 @@ pub fn run(opts: &Options) -> Result<()> {
     let names = [
         "a pass per chunk".to_string(),
         "one batched pass".to_string(),
-        format!("one chunk of {} tokens", n * len),
+        "one chunk of all the tokens".to_string(),
     ];
     for (name, t) in names.iter().zip(times.iter_mut()) {
         let ms = p50(t);
-        let rate = (n * len) as f64 / (ms / 1e3);
+        let rate = round_tokens / (ms / 1e3);
         println!("| {name} | {ms:.1} | {rate:.0} | {:.2}x |", base / ms);
     }
     Ok(())
