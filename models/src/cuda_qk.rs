@@ -403,20 +403,7 @@ mod tests {
     use super::*;
     use mlx_rs::ops::{self, indexing::IndexOp};
 
-    fn normal(shape: &[i32], seed: u64) -> Array {
-        let key = mlx_rs::random::key(seed).unwrap();
-        mlx_rs::random::normal::<f32>(shape, None, None, &key).unwrap()
-    }
-
-    fn max_gap(a: &Array, b: &Array) -> f32 {
-        a.subtract(b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item_exact::<f32>()
-    }
+    use crate::test_util::{max_gap, normal};
 
     /// The kernel's arithmetic in MLX ops, one step at a time as the
     /// source does it: per head, RMSNorm (rounded to the element type),

@@ -403,7 +403,6 @@ pub fn delta_chunked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mlx_rs::random;
 
     /// One token of the gated delta rule, in its matrix-product form: the
     /// reference the chunked form and the fused decoding step
@@ -427,10 +426,7 @@ mod tests {
         Ok((y, state))
     }
 
-    fn normal(shape: &[i32], seed: u64) -> Array {
-        let key = random::key(seed).unwrap();
-        random::normal::<f32>(shape, None, None, &key).unwrap()
-    }
+    use crate::test_util::{max_gap as err, normal};
 
     /// The chunked form equals the token-by-token recurrence, across block
     /// boundaries, with padding and a non-zero starting state.
@@ -481,15 +477,6 @@ mod tests {
                 state = si;
             }
             let y_ref = ops::concatenate(&ys, 2).unwrap();
-            let err = |a: &Array, b: &Array| {
-                a.subtract(b)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .max(None)
-                    .unwrap()
-                    .item_cast::<f32>()
-            };
             assert!(
                 err(&y, &y_ref) < 1e-4,
                 "T={t}: y differs by {}",

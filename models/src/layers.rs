@@ -720,11 +720,8 @@ pub fn last_position(x: &Array, cache: &[CacheView]) -> Result<Array> {
 #[cfg(test)]
 mod group_tests {
     use super::*;
-    use mlx_rs::random;
 
-    fn normal(shape: &[i32], seed: u64) -> Array {
-        random::normal::<f32>(shape, None, None, &random::key(seed).unwrap()).unwrap()
-    }
+    use crate::test_util::normal;
 
     fn quantized(w: &Array, bits: i32) -> Linear {
         let (weight, scales, biases) = ops::quantize(w, 32, bits).unwrap();

@@ -30,6 +30,8 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
+#[cfg(test)]
+mod test_util;
 pub mod tokenizer;
 pub mod weights;
 
