@@ -59,7 +59,7 @@ dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
 for name, body, header, signature, variants in kernels:
     for dtype in ["__nv_bfloat16", "__half"]:
         for consts in variants:
-            tag = "_".join(re.findall(r"int (\w+) = (\d+)", consts)[i][j] for i in range(consts.count(";")) for j in (0, 1))
+            tag = "_".join(f"{n}_{v}" for n, v in re.findall(r"int (\w+) = (\d+)", consts))
             fn = f"custom_kernel_{name}_{dtype}_{tag}"
             text = (
                 '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'

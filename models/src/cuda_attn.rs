@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlx_rs::{fast, Array, Dtype};
 
-use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{
+    int_array, relative_error, Checked, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
+};
 use crate::error::{ModelError, Result};
 
 /// Threads per block of both kernels unless [`set_threads`] chose others.
@@ -271,8 +273,7 @@ thread_local! {
 
 thread_local! {
     /// Head size and element type → whether the kernel passed its check.
-    static CHECKED: std::cell::RefCell<Vec<((i32, Dtype), bool)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static CHECKED: Checked<(i32, Dtype)> = const { Checked::new() };
 }
 
 /// Whether [`decode`] is in force for heads of `head_dim` in `dtype`: the
@@ -285,27 +286,23 @@ pub fn usable(head_dim: i32, dtype: Dtype) -> bool {
     {
         return false;
     }
-    let key = (head_dim, dtype);
-    if let Some(ok) = CHECKED.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1)) {
-        return ok;
-    }
-    let ok = match check(head_dim, dtype) {
-        Ok(err) => {
-            tracing::info!(
-                head_dim,
-                ?dtype,
-                max_rel_error = err,
-                "one-token attention kernel on"
-            );
-            true
-        }
-        Err(e) => {
-            tracing::warn!(head_dim, ?dtype, error = %e, "one-token attention kernel off");
-            false
-        }
-    };
-    CHECKED.with(|c| c.borrow_mut().push((key, ok)));
-    ok
+    CHECKED.with(|c| {
+        c.get_or_check((head_dim, dtype), || match check(head_dim, dtype) {
+            Ok(err) => {
+                tracing::info!(
+                    head_dim,
+                    ?dtype,
+                    max_rel_error = err,
+                    "one-token attention kernel on"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(head_dim, ?dtype, error = %e, "one-token attention kernel off");
+                false
+            }
+        })
+    })
 }
 
 /// The blocks a step aims for, while the kernel is in force.
@@ -431,7 +428,7 @@ pub fn disable() {
 /// relative error, or why it failed.
 pub fn check(head_dim: i32, dtype: Dtype) -> std::result::Result<f32, String> {
     let err = self_check(head_dim, dtype).map_err(|e| e.to_string())?;
-    if err > 2e-2 {
+    if err > SELF_CHECK_MAX_ERROR {
         return Err(format!(
             "self-check failed: relative error {err} against MLX's masked SDPA"
         ));

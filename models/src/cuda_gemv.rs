@@ -26,7 +26,9 @@ use std::sync::RwLock;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{
+    int_array, relative_error, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
+};
 use crate::error::Result;
 
 /// Most activation rows the kernels take (more use MLX's GEMM).
@@ -444,7 +446,7 @@ pub fn enable(routes: Vec<Route>) -> std::result::Result<f32, String> {
     let mut worst = 0.0f32;
     for r in &routes {
         let err = self_check(r.kernel, r.min_rows, r.max_rows).map_err(|e| e.to_string())?;
-        if err > 2e-2 {
+        if err > SELF_CHECK_MAX_ERROR {
             return Err(format!(
                 "self-check of the {} kernel failed: relative error {err} against MLX's matmul",
                 r.kernel.name()

@@ -213,6 +213,31 @@ pub(crate) fn int_array(values: &[i32]) -> Array {
     })
 }
 
+/// The largest relative error against MLX's own ops a kernel's self-check
+/// accepts (bf16 and f16 results).
+pub(crate) const SELF_CHECK_MAX_ERROR: f32 = 2e-2;
+
+/// Which keys (shape kinds) a kernel passed its device self-check for, on
+/// this thread: the check runs the first time a key is asked for, and its
+/// verdict is kept (keep one in a `thread_local!`).
+pub(crate) struct Checked<K>(std::cell::RefCell<Vec<(K, bool)>>);
+
+impl<K: PartialEq> Checked<K> {
+    pub const fn new() -> Self {
+        Checked(std::cell::RefCell::new(Vec::new()))
+    }
+
+    /// The kept verdict for `key`, or `check()`'s, kept from now on.
+    pub fn get_or_check(&self, key: K, check: impl FnOnce() -> bool) -> bool {
+        if let Some(&(_, ok)) = self.0.borrow().iter().find(|e| e.0 == key) {
+            return ok;
+        }
+        let ok = check();
+        self.0.borrow_mut().push((key, ok));
+        ok
+    }
+}
+
 /// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
 /// the self-checks of the kernels against MLX's own ops.
 pub(crate) fn relative_error(ours: &Array, reference: &Array) -> Result<f32> {

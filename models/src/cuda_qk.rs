@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlx_rs::{fast, Array, Dtype};
 
-use crate::cuda_kernel::{int_array, relative_error, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{
+    int_array, relative_error, Checked, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
+};
 use crate::error::{ModelError, Result};
 
 /// Heads (warps) per thread block.
@@ -120,8 +122,7 @@ thread_local! {
     static KERNEL: CudaKernel =
         CudaKernel::new("hearth_qk", &INPUTS, &["q_out", "k_out", "v_out"], SOURCE, "");
     /// Shape kind → whether it passed its check.
-    static CHECKED: std::cell::RefCell<Vec<(CheckKey, bool)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static CHECKED: Checked<CheckKey> = const { Checked::new() };
 }
 
 /// Puts the kernel in force (each shape is checked at first use, see
@@ -150,28 +151,25 @@ pub fn usable(head_dim: i32, rope_dims: i32, dtype: Dtype, norm: bool) -> bool {
         return false;
     }
     let key = (head_dim, rope_dims, dtype, norm);
-    if let Some(ok) = CHECKED.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1)) {
-        return ok;
-    }
-    let ok = match check(head_dim, rope_dims, dtype, norm) {
-        Ok(err) => {
-            tracing::info!(
-                head_dim,
-                rope_dims,
-                ?dtype,
-                norm,
-                max_rel_error = err,
-                "q/k/v kernel on"
-            );
-            true
-        }
-        Err(e) => {
-            tracing::warn!(head_dim, rope_dims, ?dtype, norm, error = %e, "q/k/v kernel off");
-            false
-        }
-    };
-    CHECKED.with(|c| c.borrow_mut().push((key, ok)));
-    ok
+    CHECKED.with(|c| {
+        c.get_or_check(key, || match check(head_dim, rope_dims, dtype, norm) {
+            Ok(err) => {
+                tracing::info!(
+                    head_dim,
+                    rope_dims,
+                    ?dtype,
+                    norm,
+                    max_rel_error = err,
+                    "q/k/v kernel on"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(head_dim, rope_dims, ?dtype, norm, error = %e, "q/k/v kernel off");
+                false
+            }
+        })
+    })
 }
 
 /// Query heads, key/value heads and the head size of one attention layer.
@@ -190,8 +188,9 @@ pub struct QkNorm<'a> {
 }
 
 /// RoPE's parameters: the rotated dims, `1 / wavelength` per pair (f32,
-/// `[rope_dims / 2]`), the position scale, and the positions (one for all
-/// rows: shape `[]` or `[1]`; or one per row: `[rows]`).
+/// `[rope_dims / 2]`), the position scale, and the positions (int32; one
+/// for all rows: shape `[]` or `[1]`; or one per row: `[rows]`). Both go to
+/// the kernel as they are: no conversion on the decode step's path.
 pub struct QkRope<'a> {
     pub dims: i32,
     pub inv_freqs: &'a Array,
@@ -248,9 +247,12 @@ pub fn prepare(
         ("NORM", TemplateArg::Int(norm.is_some() as i32)),
         ("NW", TemplateArg::Int(WARPS)),
     ];
-    let positions = rope.positions.as_dtype(Dtype::Int32)?;
-    let inv = rope.inv_freqs.as_dtype(Dtype::Float32)?;
-    let inputs = [qkv, qw, kw, &inv, &positions, &dims];
+    if rope.positions.dtype() != Dtype::Int32 || rope.inv_freqs.dtype() != Dtype::Float32 {
+        return Err(ModelError::Mlx(
+            "q/k/v kernel: positions must be int32 and inverse frequencies f32".into(),
+        ));
+    }
+    let inputs = [qkv, qw, kw, rope.inv_freqs, rope.positions, &dims];
     let q_shape = [rows, hq, 1, head_dim];
     let kv_shape = [rows, hkv, 1, head_dim];
     let mut out = KERNEL.with(|k| {
@@ -390,7 +392,7 @@ pub fn check(
         Ok(worst)
     };
     let err = run().map_err(|e| e.to_string())?;
-    if err > 2e-2 {
+    if err > SELF_CHECK_MAX_ERROR {
         return Err(format!(
             "self-check failed: relative error {err} against MLX's RMSNorm and RoPE"
         ));

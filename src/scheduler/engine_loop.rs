@@ -364,12 +364,8 @@ impl EngineLoop {
                     Ok(stats) => stats,
                     Err(e) => {
                         let message = format!("{e:#}");
-                        match crate::device::engine_error_hint(&message) {
-                            Some(hint) => {
-                                tracing::error!(error = %message, hint, "engine step failed")
-                            }
-                            None => tracing::error!(error = %message, "engine step failed"),
-                        }
+                        let hint = crate::device::engine_error_hint(&message);
+                        tracing::error!(error = %message, hint, "engine step failed");
                         self.fail_all(&format!("engine error: {e}"));
                         StepStats::default()
                     }
