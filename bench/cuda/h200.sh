@@ -21,7 +21,8 @@
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
 #      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:), with
-#      H200_PREFILL_ARGS (e.g. --new-lengths: a new prompt length each round);
+#      H200_PREFILL_ARGS (e.g. --new-lengths: a new prompt length each round;
+#      a variant's ARGS=... sets its own);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -187,10 +188,15 @@ EOF
       IFS=';' read -ra pvariants <<< "${H200_PREFILL_VARIANTS:-hearth:}"
       for pv in "${pvariants[@]}"; do
         variant "$pv"
+        # A variant's ARGS=... replaces H200_PREFILL_ARGS (e.g. one variant
+        # with --new-lengths, one without, in the same run).
+        pargs=${H200_PREFILL_ARGS:-}
+        for e in "${envs[@]}"; do [[ $e == ARGS=* ]] && pargs=${e#ARGS=}; done
         for pt in ${H200_PREFILL_SHAPES:-7x136 16x136 2x512}; do
-          echo "### prefill-bench $name $vname $pt" | tee -a "$OUT/inproc.md"
+          echo "### prefill-bench $name $vname $pt $pargs" | tee -a "$OUT/inproc.md"
+          # shellcheck disable=SC2086  # pargs is a word list
           env "${envs[@]}" timeout 200 $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
-            --tokens "${pt#*x}" ${H200_PREFILL_ARGS:-} 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
+            --tokens "${pt#*x}" $pargs 2>/dev/null | tee -a "$OUT/inproc.md" || echo "prefill-bench exit $?"
         done
       done
       stamp "$name: prefill bench done"

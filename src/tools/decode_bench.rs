@@ -4,8 +4,11 @@
 //! For each row count it prefills that many rows of one batch at staggered
 //! lengths (rows of one batch are at different positions, as in serving),
 //! then times decode steps: the host time to build the step's graph
-//! (`Model::forward` plus a greedy pick of each row's next token) and the
-//! whole step up to its tokens read back. Row counts take turns in rounds,
+//! (`Model::forward` plus a greedy pick of each row's next token), the host
+//! time until MLX has launched all of its kernels (`async_eval` returns:
+//! when that is close to the whole step, the step is bound by the host's
+//! per-op cost, not by the device), and the whole step up to its tokens
+//! read back. Row counts take turns in rounds,
 //! so a machine's drift reaches all of them alike. Comparing these with the
 //! server's step trace (`HEARTH_STEP_TRACE`) separates the model's step
 //! from what the engine loop adds around it.
@@ -57,6 +60,7 @@ struct Batch {
     positions: Vec<usize>,
     tokens: Vec<i32>,
     build_us: Vec<f64>,
+    dispatch_us: Vec<f64>,
     step_us: Vec<f64>,
 }
 
@@ -129,6 +133,7 @@ pub fn run(opts: &Options) -> Result<()> {
             positions,
             tokens: vec![1; rows],
             build_us: Vec::new(),
+            dispatch_us: Vec::new(),
             step_us: Vec::new(),
         });
     }
@@ -151,11 +156,14 @@ pub fn run(opts: &Options) -> Result<()> {
                 drop(views);
                 let next = argmax_axis(logits.reshape(&[b.rows as i32, -1])?, -1, false)?;
                 let built = started.elapsed();
+                mlx_rs::transforms::async_eval([&next])?;
+                let dispatched = started.elapsed();
                 next.eval()?;
                 let picked: Vec<i32> = next.as_type::<i32>()?.as_slice::<i32>().to_vec();
                 let total = started.elapsed();
                 if round > 0 {
                     b.build_us.push(built.as_secs_f64() * 1e6);
+                    b.dispatch_us.push(dispatched.as_secs_f64() * 1e6);
                     b.step_us.push(total.as_secs_f64() * 1e6);
                 }
                 b.tokens = picked.into_iter().map(|t| t.max(1)).collect();
@@ -170,8 +178,8 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     let mut out = format!(
         "{}: {} layers, rows at lengths {} + {}·row, {} timed steps per row count\n\n\
-         | routes | rows | step ms p50 | graph build ms p50 | step vs 1st row count | tokens/s |\n\
-         |---|---:|---:|---:|---:|---:|\n",
+         | routes | rows | step ms p50 | graph build ms p50 | launched ms p50 | step vs 1st row count | tokens/s |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
         model.display(),
         m.num_layers(),
         opts.prompt_tokens,
@@ -188,10 +196,11 @@ pub fn run(opts: &Options) -> Result<()> {
         for b in mine {
             let step = median(&b.step_us);
             out.push_str(&format!(
-                "| {name} | {} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
+                "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
                 b.rows,
                 step / 1e3,
                 median(&b.build_us) / 1e3,
+                median(&b.dispatch_us) / 1e3,
                 step / base,
                 b.rows as f64 * 1e6 / step
             ));
