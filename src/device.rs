@@ -74,13 +74,45 @@ pub fn cuda_graphs_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static
     }
 }
 
+/// MLX's switch for cuDNN's fused attention on CUDA, and Hearth's default.
+pub const CUDNN_SDPA_VAR: &str = "MLX_CUDA_USE_CUDNN_SDPA";
+pub const DEFAULT_CUDNN_SDPA: &str = "0";
+
+/// The value to give `MLX_CUDA_USE_CUDNN_SDPA` when it is `current`
+/// (`None`: leave it as the user set it).
+///
+/// MLX 0.32 runs prompt passes' attention through cuDNN and keeps one
+/// cuDNN graph per query shape, key shape and strides and mask shape in a
+/// cache (`MLX_CUDA_SDPA_CACHE_SIZE`, 256 entries) with the same lifetime
+/// miss counter as the CUDA graph cache ([`cuda_graphs_setting`]): after
+/// 512 distinct shapes every new one fails. A server meets a new shape for
+/// nearly every prompt length and cached-prefix length, so it would start
+/// failing prompts after a few hundred distinct ones; each new shape also
+/// builds a cuDNN graph first (prompt passes of unseen lengths took 2x as
+/// long in-process on the H200, bench/results/h200-2026-12-02.md). Without
+/// cuDNN, MLX attends through its matrix products and softmax, with no
+/// shape cache: off unless `MLX_CUDA_USE_CUDNN_SDPA=1` asks for it.
+pub fn cudnn_sdpa_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+    match current {
+        Some(_) => None,
+        None => Some(DEFAULT_CUDNN_SDPA),
+    }
+}
+
 /// Applies Hearth's defaults for MLX's CUDA backend to the process
-/// environment ([`cuda_graphs_setting`]); harmless elsewhere (no other
-/// backend reads them). MLX reads them once, at its first use of the GPU,
-/// so call it at the start of `main`, before any other thread exists.
+/// environment ([`cuda_graphs_setting`], [`cudnn_sdpa_setting`]); harmless
+/// elsewhere (no other backend reads them). MLX reads them once, at its
+/// first use of the GPU, so call it at the start of `main`, before any
+/// other thread exists.
 pub fn apply_mlx_env_defaults() {
-    if let Some(value) = cuda_graphs_setting(std::env::var_os(CUDA_GRAPHS_VAR).as_deref()) {
-        std::env::set_var(CUDA_GRAPHS_VAR, value);
+    let defaults: [(&str, fn(Option<&std::ffi::OsStr>) -> Option<&'static str>); 2] = [
+        (CUDA_GRAPHS_VAR, cuda_graphs_setting),
+        (CUDNN_SDPA_VAR, cudnn_sdpa_setting),
+    ];
+    for (var, setting) in defaults {
+        if let Some(value) = setting(std::env::var_os(var).as_deref()) {
+            std::env::set_var(var, value);
+        }
     }
 }
 
@@ -101,9 +133,10 @@ fn mlx_int(value: &str) -> i64 {
 /// What an operator should do about an engine error, where Hearth knows.
 pub fn engine_error_hint(message: &str) -> Option<&'static str> {
     message.contains("Cache thrashing is happening").then_some(
-        "MLX's CUDA graph cache has seen too many graph shapes in this process and now fails \
-         every new one: restart the server, and leave MLX_USE_CUDA_GRAPHS unset (Hearth's default, \
-         graphs off) or set MLX_CUDA_GRAPH_CACHE_SIZE higher (docs/cuda.md)",
+        "one of MLX's CUDA caches (CUDA graphs, cuDNN attention) has seen too many shapes in this \
+         process and now fails every new one: restart the server, and leave MLX_USE_CUDA_GRAPHS \
+         and MLX_CUDA_USE_CUDNN_SDPA unset (Hearth's defaults, both off) or raise the cache size \
+         the message names (docs/cuda.md)",
     )
 }
 
@@ -131,6 +164,9 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
 /// - one kernel per layer for a decode step's q/k RMSNorm, RoPE and
 ///   attention layout (models/src/cuda_qk.rs): `HEARTH_CUDA_QK=on|off`
 ///   ([`DEFAULT_CUDA_QK`]).
+/// - the residual add and the RMSNorm after it as one kernel
+///   (models/src/cuda_norm.rs): `HEARTH_CUDA_NORM=on|off`
+///   ([`DEFAULT_CUDA_NORM`]).
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -145,36 +181,77 @@ pub fn enable_cuda_kernels() {
         "CUDA graphs {}",
         if mlx_int(&graphs) != 0 { "on" } else { "off" }
     );
+    let cudnn = std::env::var(CUDNN_SDPA_VAR).unwrap_or_default();
+    tracing::info!(
+        MLX_CUDA_USE_CUDNN_SDPA = %cudnn,
+        "cuDNN attention for prompt passes {}",
+        if mlx_int(&cudnn) != 0 { "on" } else { "off" }
+    );
     enable_cuda_gemv();
     enable_cuda_attn();
     enable_cuda_qk();
+    enable_cuda_norm();
+}
+
+/// Whether the residual add + RMSNorm kernel is on unless `HEARTH_CUDA_NORM`
+/// says: yes. It removes two of the ~16 kernels a decoder layer runs per
+/// step (models/src/cuda_norm.rs); with the q/k kernel below it made the
+/// H200's dense decode steps 12-18% shorter at 1-8 rows (the server's step
+/// trace; the step is bound by MLX's host time per op, and these kernels
+/// cut ops), bench/results/h200-2026-12-02.md.
+pub const DEFAULT_CUDA_NORM: &str = "on";
+
+/// The residual add + RMSNorm kernel (models/src/cuda_norm.rs):
+/// `HEARTH_CUDA_NORM` is `on` or `off` (MLX's ops; [`DEFAULT_CUDA_NORM`]).
+fn enable_cuda_norm() {
+    use hearth_models::cuda_norm;
+    let setting = std::env::var("HEARTH_CUDA_NORM").unwrap_or_else(|_| DEFAULT_CUDA_NORM.into());
+    match on_off(&setting) {
+        Some(true) => {
+            // Checked per hidden size and type at first use.
+            tracing::info!("add+norm kernel enabled");
+            cuda_norm::enable();
+        }
+        Some(false) => cuda_norm::disable(),
+        None => {
+            tracing::warn!(setting, "HEARTH_CUDA_NORM: want on or off; kernel off");
+            cuda_norm::disable();
+        }
+    }
+}
+
+/// `on` / `off` settings (surrounding blanks ignored); `None` for anything else.
+fn on_off(setting: &str) -> Option<bool> {
+    match setting.trim() {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// Whether the decode step's q/k norm + RoPE + layout kernel is on unless
-/// `HEARTH_CUDA_QK` says: not yet. It replaces seven small kernels per layer
-/// at two rows and four at one, 0.82 and 0.46 ms of GPU time a dense step
-/// (bench/results/h200-2026-12-01-s9.md), and compiles for every shape it
-/// takes, but it was written in a session without device time: it has
-/// neither run its self-check on a GPU nor been timed end to end.
-pub const DEFAULT_CUDA_QK: &str = "off";
+/// `HEARTH_CUDA_QK` says: yes. It replaces seven small kernels per layer at
+/// two rows and four at one, 0.82 and 0.46 ms of GPU time a dense step
+/// (bench/results/h200-2026-12-01-s9.md) and more of the host's time per
+/// op; on the H200 it passed its self-check (relative error 5e-3) and cut
+/// the in-process time to launch a step by 14-23% at 1-16 rows
+/// (bench/results/h200-2026-12-02.md).
+pub const DEFAULT_CUDA_QK: &str = "on";
 
 /// The decode step's q/k norm + RoPE + layout kernel (models/src/cuda_qk.rs):
 /// `HEARTH_CUDA_QK` is `on` or `off` (MLX's ops; [`DEFAULT_CUDA_QK`]).
 fn enable_cuda_qk() {
     use hearth_models::cuda_qk;
     let setting = std::env::var("HEARTH_CUDA_QK").unwrap_or_else(|_| DEFAULT_CUDA_QK.into());
-    match setting.trim() {
-        "on" => {
+    match on_off(&setting) {
+        Some(true) => {
             // Checked per head shape and type at first use (cuda_qk::usable).
             tracing::info!("q/k/v kernel enabled");
             cuda_qk::enable();
         }
-        "off" => cuda_qk::disable(),
-        other => {
-            tracing::warn!(
-                setting = other,
-                "HEARTH_CUDA_QK: want on or off; kernel off"
-            );
+        Some(false) => cuda_qk::disable(),
+        None => {
+            tracing::warn!(setting, "HEARTH_CUDA_QK: want on or off; kernel off");
             cuda_qk::disable();
         }
     }
@@ -245,10 +322,21 @@ mod tests {
     use std::ffi::OsStr;
 
     #[test]
-    fn cuda_graphs_are_off_unless_the_environment_sets_them() {
-        assert_eq!(super::cuda_graphs_setting(None), Some("0"));
-        for set in ["1", "0", "", "yes"] {
-            assert_eq!(super::cuda_graphs_setting(Some(OsStr::new(set))), None);
+    fn cuda_graphs_and_cudnn_attention_are_off_unless_the_environment_sets_them() {
+        for setting in [super::cuda_graphs_setting, super::cudnn_sdpa_setting] {
+            assert_eq!(setting(None), Some("0"));
+            for set in ["1", "0", "", "yes"] {
+                assert_eq!(setting(Some(OsStr::new(set))), None);
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_switches_are_on_or_off_and_nothing_else() {
+        assert_eq!(super::on_off(" on"), Some(true));
+        assert_eq!(super::on_off("off\n"), Some(false));
+        for bad in ["", "1", "yes", "ON"] {
+            assert_eq!(super::on_off(bad), None, "{bad:?}");
         }
     }
 
@@ -274,6 +362,7 @@ mod tests {
                    MLX_CUDA_GRAPH_CACHE_SIZE to a larger value than 400 to fix degraded performance.";
         let hint = super::engine_error_hint(mlx).unwrap();
         assert!(hint.contains("restart") && hint.contains("MLX_USE_CUDA_GRAPHS"));
+        assert!(hint.contains("MLX_CUDA_USE_CUDNN_SDPA"));
         assert_eq!(super::engine_error_hint("out of memory"), None);
     }
 

@@ -17,7 +17,9 @@
 #      H200_NCU_DECODE: models whose decode step is profiled with Nsight
 #      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
 #      a variant's NCU_ROWS=... sets its own row counts; none starts after
-#      H200_NCU_UNTIL seconds, default 240, so the sweeps keep their time);
+#      H200_NCU_UNTIL seconds, default 240, so the sweeps keep their time;
+#      H200_NCU_ARGS: ncu arguments instead of the metric list, e.g.
+#      "--section SpeedOfLight --kernel-name regex:gemv_mma --launch-count 3");
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
 #      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:), with
@@ -172,15 +174,20 @@ EOF
           # Only the last round's steps are profiled (--profile, ncu
           # --profile-from-start off): ncu took 30-70 ms a kernel here, and
           # load, self-checks and prefill are thousands of kernels.
+          # H200_NCU_ARGS replaces the metric list (e.g. sections and a
+          # kernel filter for one kernel's memory and stall analysis).
+          what=(--metrics "${H200_NCU_METRICS:-gpu__time_duration.sum}")
+          # shellcheck disable=SC2206  # H200_NCU_ARGS is a word list
+          [[ -n ${H200_NCU_ARGS:-} ]] && what=(${H200_NCU_ARGS})
           env "${envs[@]}" timeout "${H200_NCU_TIMEOUT:-150}" "$NCU" --clock-control none \
             --cache-control none --profile-from-start off \
-            --metrics "${H200_NCU_METRICS:-gpu__time_duration.sum}" --csv --log-file "$log" \
+            "${what[@]}" --csv --log-file "$log" \
             $H dev decode-bench --model "/tmp/$name" --rows "$r" --steps "${H200_NCU_STEPS:-3}" \
             --rounds 1 --profile > /dev/null 2>&1 || echo "ncu $name $vname rows $r: exit $?"
           stamp "$name: ncu $vname rows $r"
         done
       done
-      python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md"
+      python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md" || true
       tar -cJf "$OUT/ncu-$name.tar.xz" -C /tmp/ncu . || true
       rm -rf /tmp/ncu
     fi

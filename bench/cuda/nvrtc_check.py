@@ -1,4 +1,5 @@
-"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs) with NVRTC the way
+"""Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs,
+cuda_norm.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -19,7 +20,7 @@ import sys
 
 site = pathlib.Path(sys.argv[1])
 srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
-sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs"]}
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs"]}
 
 
 def const(file, name):
@@ -50,6 +51,11 @@ kernels = [
      "const int32_t* dims, {T}* q_out, {T}* k_out, {T}* v_out",
      [f"constexpr int D = {d}; constexpr int R = {r}; constexpr int NORM = {n}; constexpr int NW = 4;"
       for d in (64, 128, 256) for r in sorted({d, d // 4}) for n in (0, 1)]),
+    # hidden sizes of the models we serve (SmolLM2, Qwen3 0.6B-32B, Qwen3.5 MoE) and the extremes
+    ("hearth_add_norm", const("cuda_norm.rs", "SOURCE"), "",
+     "const {T}* x, const {T}* r, const {T}* w, const int32_t* dims, {T}* h_out, {T}* n_out",
+     [f"constexpr int H = {h}; constexpr int NT = {min(256, -(-h // 8 // 32) * 32)};"
+      for h in (8, 576, 1024, 2048, 2560, 4096, 5120, 16384)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))

@@ -367,6 +367,17 @@ impl RmsNorm {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
+
+    /// `(x + r, self.forward(x + r))`: a residual add and the norm after
+    /// it, as one kernel where [`crate::cuda_norm`] is in force.
+    pub fn add_forward(&self, x: &Array, r: &Array) -> Result<(Array, Array)> {
+        if let Some(fused) = crate::cuda_norm::add_rms_norm(x, r, &self.weight, self.eps)? {
+            return Ok(fused);
+        }
+        let h = x.add(r)?;
+        let n = self.forward(&h)?;
+        Ok((h, n))
+    }
 }
 
 /// Rotary position embedding over the last axis of `[.., L, head_dim]` inputs.
@@ -701,6 +712,36 @@ impl Mlp {
     pub fn nbytes(&self) -> usize {
         self.gate_up.nbytes() + self.down_proj.nbytes()
     }
+}
+
+/// Runs pre-norm decoder blocks over the residual stream `h`: for each
+/// layer, `h += mixer(input_norm(h))`, then `h += mlp(post_norm(h))`.
+/// `norms` gives a layer's (input, post-attention) norms; `mixer` gets the
+/// layer's index (for its cache). Each add is fused with the norm that
+/// reads its sum ([`RmsNorm::add_forward`]): the post-attention norm, and
+/// the next layer's input norm; the last layer's add is left plain (the
+/// final norm may only need the last position).
+pub fn pre_norm_stack<L>(
+    mut h: Array,
+    layers: &[L],
+    norms: impl Fn(&L) -> (&RmsNorm, &RmsNorm),
+    mut mixer: impl FnMut(usize, &L, &Array) -> Result<Array>,
+    mlp: impl Fn(&L, &Array) -> Result<Array>,
+) -> Result<Array> {
+    let Some(first) = layers.first() else {
+        return Ok(h);
+    };
+    let mut normed = norms(first).0.forward(&h)?;
+    for (i, layer) in layers.iter().enumerate() {
+        let r = mixer(i, layer, &normed)?;
+        let (mid, n) = norms(layer).1.add_forward(&h, &r)?;
+        let m = mlp(layer, &n)?;
+        match layers.get(i + 1) {
+            Some(next) => (h, normed) = norms(next).0.add_forward(&mid, &m)?,
+            None => h = mid.add(&m)?,
+        }
+    }
+    Ok(h)
 }
 
 /// Keeps only the last position of `[B, L, D]` (prefill needs one logit

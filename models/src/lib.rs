@@ -16,6 +16,7 @@ pub mod config;
 pub mod cuda_attn;
 pub mod cuda_gemv;
 mod cuda_kernel;
+pub mod cuda_norm;
 pub mod cuda_qk;
 pub mod deltanet;
 pub mod detokenizer;

@@ -10,7 +10,7 @@ use crate::{
     cache::{CacheView, KvCache},
     config::ModelConfig,
     error::{ModelError, Result},
-    layers::{last_position, Attention, Embedding, Linear, RmsNorm},
+    layers::{last_position, pre_norm_stack, Attention, Embedding, Linear, RmsNorm},
     moe::{FeedForward, MoeConfig},
     weights::Weights,
 };
@@ -44,16 +44,8 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
-        let h = x.add(
-            self.self_attn
-                .forward(&self.input_layernorm.forward(x)?, cache)?,
-        )?;
-        let out = h.add(
-            self.mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )?;
-        Ok(out)
+    fn norms(&self) -> (&RmsNorm, &RmsNorm) {
+        (&self.input_layernorm, &self.post_attention_layernorm)
     }
 }
 
@@ -145,10 +137,14 @@ impl Model {
     /// (one view per layer). Returns logits `[B, L, vocab]`, or `[B, 1, vocab]`
     /// when `last_only`.
     pub fn forward(&self, ids: &Array, cache: &mut [CacheView], last_only: bool) -> Result<Array> {
-        let mut h = self.embed_tokens.forward(ids)?;
-        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            h = layer.forward(&h, layer_cache)?;
-        }
+        let h = self.embed_tokens.forward(ids)?;
+        let mut h = pre_norm_stack(
+            h,
+            &self.layers,
+            DecoderLayer::norms,
+            |i, layer, x| layer.self_attn.forward(x, &mut cache[i]),
+            |layer, x| layer.mlp.forward(x),
+        )?;
         if last_only {
             h = last_position(&h, cache)?;
         }

@@ -17,7 +17,7 @@ use crate::{
     config::{HybridConfig, ModelConfig},
     deltanet::GatedDeltaNet,
     error::{ModelError, Result},
-    layers::{last_position, Embedding, Linear, LinearGroup, RmsNorm, Rope},
+    layers::{last_position, pre_norm_stack, Embedding, Linear, LinearGroup, RmsNorm, Rope},
     moe::{FeedForward, MoeConfig},
     weights::Weights,
 };
@@ -115,17 +115,15 @@ struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
-        let normed = self.input_layernorm.forward(x)?;
-        let r = match &self.mixer {
-            Mixer::Linear(m) => m.forward(&normed, cache)?,
-            Mixer::Attention(m) => m.forward(&normed, cache)?,
-        };
-        let h = x.add(r)?;
-        Ok(h.add(
-            self.mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )?)
+    fn mix(&self, normed: &Array, cache: &mut CacheView) -> Result<Array> {
+        match &self.mixer {
+            Mixer::Linear(m) => m.forward(normed, cache),
+            Mixer::Attention(m) => m.forward(normed, cache),
+        }
+    }
+
+    fn norms(&self) -> (&RmsNorm, &RmsNorm) {
+        (&self.input_layernorm, &self.post_attention_layernorm)
     }
 
     fn nbytes(&self) -> usize {
@@ -322,10 +320,14 @@ impl Model {
     }
 
     pub fn forward(&self, ids: &Array, cache: &mut [CacheView], last_only: bool) -> Result<Array> {
-        let mut h = self.embed_tokens.forward(ids)?;
-        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            h = layer.forward(&h, layer_cache)?;
-        }
+        let h = self.embed_tokens.forward(ids)?;
+        let mut h = pre_norm_stack(
+            h,
+            &self.layers,
+            DecoderLayer::norms,
+            |i, layer, x| layer.mix(x, &mut cache[i]),
+            |layer, x| layer.mlp.forward(x),
+        )?;
         if last_only {
             h = last_position(&h, cache)?;
         }
