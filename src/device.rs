@@ -88,7 +88,7 @@ pub const DEFAULT_CUDNN_SDPA: &str = "0";
 /// 512 distinct shapes every new one fails. A server meets a new shape for
 /// nearly every prompt length and cached-prefix length, so it would start
 /// failing prompts after a few hundred distinct ones; each new shape also
-/// builds a cuDNN graph first (prompt passes of unseen lengths took 2x as
+/// builds a cuDNN graph first (prompt passes of unseen lengths took 2-3x as
 /// long in-process on the H200, bench/results/h200-2026-12-02.md). Without
 /// cuDNN, MLX attends through its matrix products and softmax, with no
 /// shape cache: off unless `MLX_CUDA_USE_CUDNN_SDPA=1` asks for it.
@@ -99,13 +99,16 @@ pub fn cudnn_sdpa_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static 
     }
 }
 
+/// The value for an MLX setting given its current one (`None`: keep it).
+type EnvDefault = fn(Option<&std::ffi::OsStr>) -> Option<&'static str>;
+
 /// Applies Hearth's defaults for MLX's CUDA backend to the process
 /// environment ([`cuda_graphs_setting`], [`cudnn_sdpa_setting`]); harmless
 /// elsewhere (no other backend reads them). MLX reads them once, at its
 /// first use of the GPU, so call it at the start of `main`, before any
 /// other thread exists.
 pub fn apply_mlx_env_defaults() {
-    let defaults: [(&str, fn(Option<&std::ffi::OsStr>) -> Option<&'static str>); 2] = [
+    let defaults: [(&str, EnvDefault); 2] = [
         (CUDA_GRAPHS_VAR, cuda_graphs_setting),
         (CUDNN_SDPA_VAR, cudnn_sdpa_setting),
     ];
@@ -196,7 +199,7 @@ pub fn enable_cuda_kernels() {
 /// Whether the residual add + RMSNorm kernel is on unless `HEARTH_CUDA_NORM`
 /// says: yes. It removes two of the ~16 kernels a decoder layer runs per
 /// step (models/src/cuda_norm.rs); with the q/k kernel below it made the
-/// H200's dense decode steps 12-18% shorter at 1-8 rows (the server's step
+/// H200's dense decode steps 12-19% shorter at 1-8 rows (the server's step
 /// trace; the step is bound by MLX's host time per op, and these kernels
 /// cut ops), bench/results/h200-2026-12-02.md.
 pub const DEFAULT_CUDA_NORM: &str = "on";
