@@ -716,24 +716,33 @@ impl Mlp {
 
 /// Runs pre-norm decoder blocks over the residual stream `h`: for each
 /// layer, `h += mixer(input_norm(h))`, then `h += mlp(post_norm(h))`.
-/// `norms` gives a layer's (input, post-attention) norms; `mixer` gets the
-/// layer's index (for its cache). Each add is fused with the norm that
-/// reads its sum ([`RmsNorm::add_forward`]): the post-attention norm, and
-/// the next layer's input norm; the last layer's add is left plain (the
-/// final norm may only need the last position).
+/// `norms` gives a layer's (input, post-attention) norms; `mixer` runs a
+/// layer's attention (or linear attention) with its cache view, one per
+/// layer. Each add is fused with the norm that reads its sum
+/// ([`RmsNorm::add_forward`]): the post-attention norm, and the next
+/// layer's input norm; the last layer's add is left plain (the final norm
+/// may only need the last position).
 pub fn pre_norm_stack<L>(
     mut h: Array,
     layers: &[L],
+    cache: &mut [CacheView],
     norms: impl Fn(&L) -> (&RmsNorm, &RmsNorm),
-    mut mixer: impl FnMut(usize, &L, &Array) -> Result<Array>,
+    mixer: impl Fn(&L, &Array, &mut CacheView) -> Result<Array>,
     mlp: impl Fn(&L, &Array) -> Result<Array>,
 ) -> Result<Array> {
+    if cache.len() != layers.len() {
+        return Err(crate::ModelError::Mlx(format!(
+            "{} cache views for {} layers",
+            cache.len(),
+            layers.len()
+        )));
+    }
     let Some(first) = layers.first() else {
         return Ok(h);
     };
     let mut normed = norms(first).0.forward(&h)?;
-    for (i, layer) in layers.iter().enumerate() {
-        let r = mixer(i, layer, &normed)?;
+    for (i, (layer, view)) in layers.iter().zip(cache.iter_mut()).enumerate() {
+        let r = mixer(layer, &normed, view)?;
         let (mid, n) = norms(layer).1.add_forward(&h, &r)?;
         let m = mlp(layer, &n)?;
         match layers.get(i + 1) {

@@ -320,19 +320,13 @@ impl Model {
     }
 
     pub fn forward(&self, ids: &Array, cache: &mut [CacheView], last_only: bool) -> Result<Array> {
-        if cache.len() != self.layers.len() {
-            return Err(ModelError::Mlx(format!(
-                "{} cache views for {} layers",
-                cache.len(),
-                self.layers.len()
-            )));
-        }
         let h = self.embed_tokens.forward(ids)?;
         let mut h = pre_norm_stack(
             h,
             &self.layers,
+            cache,
             DecoderLayer::norms,
-            |i, layer, x| layer.mix(x, &mut cache[i]),
+            |layer, x, view| layer.mix(x, view),
             |layer, x| layer.mlp.forward(x),
         )?;
         if last_only {
