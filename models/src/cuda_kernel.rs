@@ -1,8 +1,9 @@
 //! Custom CUDA kernels through mlx-c's `mlx_fast_cuda_kernel` API: MLX
 //! JIT-compiles the source (NVRTC) on first use per template arguments and
 //! caches the module, and the kernel runs as a node of the lazy graph like
-//! any MLX op. [`crate::cuda_gemv`] and [`crate::cuda_attn`] are built on
-//! this; nothing here runs unless one of them was enabled on a CUDA device.
+//! any MLX op. [`crate::cuda_gemv`], [`crate::cuda_attn`], [`crate::cuda_qk`]
+//! and [`crate::cuda_norm`] are built on this; nothing here runs unless one
+//! of them was enabled on a CUDA device.
 
 use std::ffi::CString;
 

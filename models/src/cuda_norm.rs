@@ -12,10 +12,11 @@
 //! The arithmetic is MLX's, rounding where MLX rounds: the sum is rounded
 //! to the element type (MLX's add), the norm reads the rounded sum in f32,
 //! rounds `h * rsqrt(mean(h²) + eps)` to the element type and multiplies
-//! by the weight in the element type (MLX's `rms_norm`). Used only after a
-//! check against MLX's own add and norm on this device, per hidden size and
-//! element type, at first use; off unless enabled (`HEARTH_CUDA_NORM`,
-//! docs/cuda.md).
+//! by the weight in the element type (MLX's `rms_norm`). In force after
+//! [`enable`] (Hearth enables it on CUDA unless `HEARTH_CUDA_NORM=off`,
+//! docs/cuda.md), per hidden size and element type only once it has passed
+//! a check against MLX's own add and norm on this device, at first use (on
+//! the H200 it matched bit for bit, bench/results/h200-2026-12-02.md).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
