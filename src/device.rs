@@ -46,13 +46,27 @@ impl DeviceInfo {
     }
 }
 
-/// MLX's environment setting for CUDA graphs, and the value Hearth gives it
-/// when the environment does not.
-pub const CUDA_GRAPHS_VAR: &str = "MLX_USE_CUDA_GRAPHS";
-pub const DEFAULT_CUDA_GRAPHS: &str = "0";
+/// One of MLX's CUDA settings that Hearth gives a value when the
+/// environment does not ([`apply_mlx_env_defaults`]).
+pub struct MlxEnvDefault {
+    pub var: &'static str,
+    pub default: &'static str,
+    /// What it switches, for the start-up log.
+    pub what: &'static str,
+    /// The size of the cache that fails once it has seen too many shapes
+    /// (for a user who turns the feature on).
+    pub cache_var: &'static str,
+}
 
-/// The value to give `MLX_USE_CUDA_GRAPHS` when it is `current` (`None`:
-/// leave it as the user set it).
+impl MlxEnvDefault {
+    /// The value to give the variable when it is `current` (`None`: leave
+    /// it as the user set it, whatever the value).
+    pub fn value_for(&self, current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+        current.is_none().then_some(self.default)
+    }
+}
+
+/// CUDA graphs: off unless `MLX_USE_CUDA_GRAPHS=1` asks for them.
 ///
 /// MLX's CUDA backend records kernels into CUDA graphs and keeps the
 /// instantiated graphs in a cache keyed by their node structure
@@ -65,56 +79,46 @@ pub const DEFAULT_CUDA_GRAPHS: &str = "0";
 /// (bench/results/h200-2026-12-01-s9.md). Without graphs nothing is cached:
 /// one-stream dense decode was ~15% slower there, the MoE's the same within
 /// noise, and prompt steps faster (TTFT p50 21-58 ms against 73-101 ms at
-/// 2-8 streams). A server must not fail after hours, so graphs are off
-/// unless `MLX_USE_CUDA_GRAPHS=1` asks for them (docs/cuda.md).
-pub fn cuda_graphs_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
-    match current {
-        Some(_) => None,
-        None => Some(DEFAULT_CUDA_GRAPHS),
-    }
-}
+/// 2-8 streams). A server must not fail after hours (docs/cuda.md).
+pub const CUDA_GRAPHS: MlxEnvDefault = MlxEnvDefault {
+    var: "MLX_USE_CUDA_GRAPHS",
+    default: "0",
+    what: "CUDA graphs",
+    cache_var: "MLX_CUDA_GRAPH_CACHE_SIZE",
+};
 
-/// MLX's switch for cuDNN's fused attention on CUDA, and Hearth's default.
-pub const CUDNN_SDPA_VAR: &str = "MLX_CUDA_USE_CUDNN_SDPA";
-pub const DEFAULT_CUDNN_SDPA: &str = "0";
-
-/// The value to give `MLX_CUDA_USE_CUDNN_SDPA` when it is `current`
-/// (`None`: leave it as the user set it).
+/// cuDNN attention for prompt passes: off unless
+/// `MLX_CUDA_USE_CUDNN_SDPA=1` asks for it.
 ///
 /// MLX 0.32 runs prompt passes' attention through cuDNN and keeps one
 /// cuDNN graph per query shape, key shape and strides and mask shape in a
 /// cache (`MLX_CUDA_SDPA_CACHE_SIZE`, 256 entries) with the same lifetime
-/// miss counter as the CUDA graph cache ([`cuda_graphs_setting`]): after
-/// 512 distinct shapes every new one fails. A server meets a new shape for
+/// miss counter as the CUDA graph cache ([`CUDA_GRAPHS`]): after 512
+/// distinct shapes every new one fails. A server meets a new shape for
 /// nearly every prompt length and cached-prefix length, so it would start
 /// failing prompts after a few hundred distinct ones; each new shape also
 /// builds a cuDNN graph first (prompt passes of unseen lengths took 2-3x as
 /// long in-process on the H200, bench/results/h200-2026-12-02.md). Without
 /// cuDNN, MLX attends through its matrix products and softmax, with no
-/// shape cache: off unless `MLX_CUDA_USE_CUDNN_SDPA=1` asks for it.
-pub fn cudnn_sdpa_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
-    match current {
-        Some(_) => None,
-        None => Some(DEFAULT_CUDNN_SDPA),
-    }
-}
+/// shape cache.
+pub const CUDNN_SDPA: MlxEnvDefault = MlxEnvDefault {
+    var: "MLX_CUDA_USE_CUDNN_SDPA",
+    default: "0",
+    what: "cuDNN attention for prompt passes",
+    cache_var: "MLX_CUDA_SDPA_CACHE_SIZE",
+};
 
-/// The value for an MLX setting given its current one (`None`: keep it).
-type EnvDefault = fn(Option<&std::ffi::OsStr>) -> Option<&'static str>;
+/// Every MLX setting Hearth gives a default.
+pub const MLX_ENV_DEFAULTS: [MlxEnvDefault; 2] = [CUDA_GRAPHS, CUDNN_SDPA];
 
-/// Applies Hearth's defaults for MLX's CUDA backend to the process
-/// environment ([`cuda_graphs_setting`], [`cudnn_sdpa_setting`]); harmless
-/// elsewhere (no other backend reads them). MLX reads them once, at its
-/// first use of the GPU, so call it at the start of `main`, before any
-/// other thread exists.
+/// Applies Hearth's defaults for MLX's CUDA backend ([`MLX_ENV_DEFAULTS`])
+/// to the process environment; harmless elsewhere (no other backend reads
+/// them). MLX reads them once, at its first use of the GPU, so call it at
+/// the start of `main`, before any other thread exists.
 pub fn apply_mlx_env_defaults() {
-    let defaults: [(&str, EnvDefault); 2] = [
-        (CUDA_GRAPHS_VAR, cuda_graphs_setting),
-        (CUDNN_SDPA_VAR, cudnn_sdpa_setting),
-    ];
-    for (var, setting) in defaults {
-        if let Some(value) = setting(std::env::var_os(var).as_deref()) {
-            std::env::set_var(var, value);
+    for d in &MLX_ENV_DEFAULTS {
+        if let Some(value) = d.value_for(std::env::var_os(d.var).as_deref()) {
+            std::env::set_var(d.var, value);
         }
     }
 }
@@ -177,23 +181,52 @@ pub fn enable_cuda_kernels() {
     if DeviceInfo::detect().backend != "cuda" {
         return;
     }
-    let graphs = std::env::var(CUDA_GRAPHS_VAR).unwrap_or_default();
-    tracing::info!(
-        MLX_USE_CUDA_GRAPHS = %graphs,
-        MLX_CUDA_GRAPH_CACHE_SIZE = %std::env::var("MLX_CUDA_GRAPH_CACHE_SIZE").unwrap_or_default(),
-        "CUDA graphs {}",
-        if mlx_int(&graphs) != 0 { "on" } else { "off" }
-    );
-    let cudnn = std::env::var(CUDNN_SDPA_VAR).unwrap_or_default();
-    tracing::info!(
-        MLX_CUDA_USE_CUDNN_SDPA = %cudnn,
-        "cuDNN attention for prompt passes {}",
-        if mlx_int(&cudnn) != 0 { "on" } else { "off" }
-    );
+    for d in &MLX_ENV_DEFAULTS {
+        let value = std::env::var(d.var).unwrap_or_default();
+        tracing::info!(
+            var = d.var,
+            value = %value,
+            cache_size = %std::env::var(d.cache_var).unwrap_or_default(),
+            "{} {}",
+            d.what,
+            if mlx_int(&value) != 0 { "on" } else { "off" }
+        );
+    }
     enable_cuda_gemv();
     enable_cuda_attn();
-    enable_cuda_qk();
-    enable_cuda_norm();
+    // Each checked per shape kind and type at its first use.
+    use hearth_models::{cuda_norm, cuda_qk};
+    kernel_switch(
+        "HEARTH_CUDA_QK",
+        DEFAULT_CUDA_QK,
+        "q/k/v",
+        cuda_qk::enable,
+        cuda_qk::disable,
+    );
+    kernel_switch(
+        "HEARTH_CUDA_NORM",
+        DEFAULT_CUDA_NORM,
+        "add+norm",
+        cuda_norm::enable,
+        cuda_norm::disable,
+    );
+}
+
+/// A kernel's `on`/`off` switch: `var`, or `default` when it is unset; an
+/// unknown value leaves the kernel off (MLX's ops) with a warning.
+fn kernel_switch(var: &str, default: &str, kernel: &str, enable: fn(), disable: fn()) {
+    let setting = std::env::var(var).unwrap_or_else(|_| default.into());
+    match on_off(&setting) {
+        Some(true) => {
+            tracing::info!("{kernel} kernel enabled");
+            enable();
+        }
+        Some(false) => disable(),
+        None => {
+            tracing::warn!(setting, "{var}: want on or off; {kernel} kernel off");
+            disable();
+        }
+    }
 }
 
 /// Whether the residual add + RMSNorm kernel is on unless `HEARTH_CUDA_NORM`
@@ -203,25 +236,6 @@ pub fn enable_cuda_kernels() {
 /// trace; the step is bound by MLX's host time per op, and these kernels
 /// cut ops), bench/results/h200-2026-12-02.md.
 pub const DEFAULT_CUDA_NORM: &str = "on";
-
-/// The residual add + RMSNorm kernel (models/src/cuda_norm.rs):
-/// `HEARTH_CUDA_NORM` is `on` or `off` (MLX's ops; [`DEFAULT_CUDA_NORM`]).
-fn enable_cuda_norm() {
-    use hearth_models::cuda_norm;
-    let setting = std::env::var("HEARTH_CUDA_NORM").unwrap_or_else(|_| DEFAULT_CUDA_NORM.into());
-    match on_off(&setting) {
-        Some(true) => {
-            // Checked per hidden size and type at first use.
-            tracing::info!("add+norm kernel enabled");
-            cuda_norm::enable();
-        }
-        Some(false) => cuda_norm::disable(),
-        None => {
-            tracing::warn!(setting, "HEARTH_CUDA_NORM: want on or off; kernel off");
-            cuda_norm::disable();
-        }
-    }
-}
 
 /// `on` / `off` settings (surrounding blanks ignored); `None` for anything else.
 fn on_off(setting: &str) -> Option<bool> {
@@ -240,25 +254,6 @@ fn on_off(setting: &str) -> Option<bool> {
 /// the in-process time to launch a step by 14-23% at 1-16 rows
 /// (bench/results/h200-2026-12-02.md).
 pub const DEFAULT_CUDA_QK: &str = "on";
-
-/// The decode step's q/k norm + RoPE + layout kernel (models/src/cuda_qk.rs):
-/// `HEARTH_CUDA_QK` is `on` or `off` (MLX's ops; [`DEFAULT_CUDA_QK`]).
-fn enable_cuda_qk() {
-    use hearth_models::cuda_qk;
-    let setting = std::env::var("HEARTH_CUDA_QK").unwrap_or_else(|_| DEFAULT_CUDA_QK.into());
-    match on_off(&setting) {
-        Some(true) => {
-            // Checked per head shape and type at first use (cuda_qk::usable).
-            tracing::info!("q/k/v kernel enabled");
-            cuda_qk::enable();
-        }
-        Some(false) => cuda_qk::disable(),
-        None => {
-            tracing::warn!(setting, "HEARTH_CUDA_QK: want on or off; kernel off");
-            cuda_qk::disable();
-        }
-    }
-}
 
 fn enable_cuda_gemv() {
     use hearth_models::cuda_gemv::{self, Route};
@@ -326,10 +321,10 @@ mod tests {
 
     #[test]
     fn cuda_graphs_and_cudnn_attention_are_off_unless_the_environment_sets_them() {
-        for setting in [super::cuda_graphs_setting, super::cudnn_sdpa_setting] {
-            assert_eq!(setting(None), Some("0"));
+        for setting in &super::MLX_ENV_DEFAULTS {
+            assert_eq!(setting.value_for(None), Some("0"));
             for set in ["1", "0", "", "yes"] {
-                assert_eq!(setting(Some(OsStr::new(set))), None);
+                assert_eq!(setting.value_for(Some(OsStr::new(set))), None);
             }
         }
     }

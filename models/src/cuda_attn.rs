@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use mlx_rs::{fast, Array, Dtype};
 
 use crate::cuda_kernel::{
-    int_array, relative_error, Checked, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
+    int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
 };
 use crate::error::{ModelError, Result};
 
@@ -287,20 +287,8 @@ pub fn usable(head_dim: i32, dtype: Dtype) -> bool {
         return false;
     }
     CHECKED.with(|c| {
-        c.get_or_check((head_dim, dtype), || match check(head_dim, dtype) {
-            Ok(err) => {
-                tracing::info!(
-                    head_dim,
-                    ?dtype,
-                    max_rel_error = err,
-                    "one-token attention kernel on"
-                );
-                true
-            }
-            Err(e) => {
-                tracing::warn!(head_dim, ?dtype, error = %e, "one-token attention kernel off");
-                false
-            }
+        c.get_or_check((head_dim, dtype), "one-token attention", || {
+            check(head_dim, dtype)
         })
     })
 }
@@ -427,13 +415,7 @@ pub fn disable() {
 /// also compiles the three modules those need); returns the largest
 /// relative error, or why it failed.
 pub fn check(head_dim: i32, dtype: Dtype) -> std::result::Result<f32, String> {
-    let err = self_check(head_dim, dtype).map_err(|e| e.to_string())?;
-    if err > SELF_CHECK_MAX_ERROR {
-        return Err(format!(
-            "self-check failed: relative error {err} against MLX's masked SDPA"
-        ));
-    }
-    Ok(err)
+    verdict(self_check(head_dim, dtype), "MLX's masked SDPA")
 }
 
 fn self_check(d: i32, dtype: Dtype) -> Result<f32> {

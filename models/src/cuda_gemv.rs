@@ -26,9 +26,7 @@ use std::sync::RwLock;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::cuda_kernel::{
-    int_array, relative_error, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
-};
+use crate::cuda_kernel::{int_array, relative_error, verdict, CudaKernel, LaunchDims, TemplateArg};
 use crate::error::Result;
 
 /// Most activation rows the kernels take (more use MLX's GEMM).
@@ -445,13 +443,8 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
 pub fn enable(routes: Vec<Route>) -> std::result::Result<f32, String> {
     let mut worst = 0.0f32;
     for r in &routes {
-        let err = self_check(r.kernel, r.min_rows, r.max_rows).map_err(|e| e.to_string())?;
-        if err > SELF_CHECK_MAX_ERROR {
-            return Err(format!(
-                "self-check of the {} kernel failed: relative error {err} against MLX's matmul",
-                r.kernel.name()
-            ));
-        }
+        let against = format!("MLX's matmul ({} kernel)", r.kernel.name());
+        let err = verdict(self_check(r.kernel, r.min_rows, r.max_rows), &against)?;
         worst = worst.max(err);
     }
     *ROUTES.write().unwrap_or_else(|e| e.into_inner()) = routes;

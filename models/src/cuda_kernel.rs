@@ -216,7 +216,7 @@ pub(crate) fn int_array(values: &[i32]) -> Array {
 
 /// The largest relative error against MLX's own ops a kernel's self-check
 /// accepts (bf16 and f16 results).
-pub(crate) const SELF_CHECK_MAX_ERROR: f32 = 2e-2;
+const SELF_CHECK_MAX_ERROR: f32 = 2e-2;
 
 /// Which keys (shape kinds) a kernel passed its device self-check for, on
 /// this thread: the check runs the first time a key is asked for, and its
@@ -228,15 +228,46 @@ impl<K: PartialEq> Checked<K> {
         Checked(std::cell::RefCell::new(Vec::new()))
     }
 
-    /// The kept verdict for `key`, or `check()`'s, kept from now on.
-    pub fn get_or_check(&self, key: K, check: impl FnOnce() -> bool) -> bool {
+    /// The kept verdict for `key`, or `check()`'s, kept from now on; a new
+    /// verdict is logged once (`kernel` names the kernel in the log).
+    pub fn get_or_check(
+        &self,
+        key: K,
+        kernel: &str,
+        check: impl FnOnce() -> std::result::Result<f32, String>,
+    ) -> bool
+    where
+        K: std::fmt::Debug,
+    {
         if let Some(&(_, ok)) = self.0.borrow().iter().find(|e| e.0 == key) {
             return ok;
         }
-        let ok = check();
+        let ok = match check() {
+            Ok(err) => {
+                tracing::info!(shape = ?key, max_rel_error = err, "{kernel} kernel on");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(shape = ?key, error = %e, "{kernel} kernel off");
+                false
+            }
+        };
         self.0.borrow_mut().push((key, ok));
         ok
     }
+}
+
+/// A self-check's verdict: its largest relative error against MLX's own
+/// ops (`against` names them) if within [`SELF_CHECK_MAX_ERROR`], else why
+/// the kernel stays off.
+pub(crate) fn verdict(err: Result<f32>, against: &str) -> std::result::Result<f32, String> {
+    let err = err.map_err(|e| e.to_string())?;
+    if err > SELF_CHECK_MAX_ERROR {
+        return Err(format!(
+            "self-check failed: relative error {err} against {against}"
+        ));
+    }
+    Ok(err)
 }
 
 /// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
@@ -252,4 +283,35 @@ pub(crate) fn relative_error(ours: &Array, reference: &Array) -> Result<f32> {
     let scale = item(reference.abs()?.max(None)?)?.max(1e-6);
     let rel = err / scale;
     Ok(if rel.is_nan() { f32::INFINITY } else { rel })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shape kind is checked once; its verdict, pass or fail, is kept.
+    #[test]
+    fn a_verdict_is_checked_once_and_kept() {
+        let checked = Checked::new();
+        let mut runs = 0;
+        for _ in 0..3 {
+            assert!(checked.get_or_check((64, Dtype::Bfloat16), "test", || {
+                runs += 1;
+                Ok(1e-3)
+            }));
+        }
+        assert_eq!(runs, 1);
+        let failing = || Err("no".to_string());
+        assert!(!checked.get_or_check((128, Dtype::Bfloat16), "test", failing));
+        assert!(!checked.get_or_check((128, Dtype::Bfloat16), "test", || Ok(0.0)));
+    }
+
+    /// Errors within the tolerance pass; above it, or a failed run, fail.
+    #[test]
+    fn verdicts_follow_the_tolerance() {
+        assert_eq!(verdict(Ok(1e-3), "x"), Ok(1e-3));
+        let above = verdict(Ok(SELF_CHECK_MAX_ERROR * 2.0), "MLX's ops").unwrap_err();
+        assert!(above.contains("MLX's ops"), "{above}");
+        assert!(verdict(Err(ModelError::Mlx("boom".into())), "x").is_err());
+    }
 }

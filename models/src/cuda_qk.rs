@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use mlx_rs::{fast, Array, Dtype};
 
 use crate::cuda_kernel::{
-    int_array, relative_error, Checked, CudaKernel, LaunchDims, TemplateArg, SELF_CHECK_MAX_ERROR,
+    int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
 };
 use crate::error::{ModelError, Result};
 
@@ -152,25 +152,7 @@ pub fn usable(head_dim: i32, rope_dims: i32, dtype: Dtype, norm: bool) -> bool {
         return false;
     }
     let key = (head_dim, rope_dims, dtype, norm);
-    CHECKED.with(|c| {
-        c.get_or_check(key, || match check(head_dim, rope_dims, dtype, norm) {
-            Ok(err) => {
-                tracing::info!(
-                    head_dim,
-                    rope_dims,
-                    ?dtype,
-                    norm,
-                    max_rel_error = err,
-                    "q/k/v kernel on"
-                );
-                true
-            }
-            Err(e) => {
-                tracing::warn!(head_dim, rope_dims, ?dtype, norm, error = %e, "q/k/v kernel off");
-                false
-            }
-        })
-    })
+    CHECKED.with(|c| c.get_or_check(key, "q/k/v", || check(head_dim, rope_dims, dtype, norm)))
 }
 
 /// Query heads, key/value heads and the head size of one attention layer.
@@ -392,13 +374,7 @@ pub fn check(
         worst = worst.max(gap(&ours, &want)?);
         Ok(worst)
     };
-    let err = run().map_err(|e| e.to_string())?;
-    if err > SELF_CHECK_MAX_ERROR {
-        return Err(format!(
-            "self-check failed: relative error {err} against MLX's RMSNorm and RoPE"
-        ));
-    }
-    Ok(err)
+    verdict(run(), "MLX's RMSNorm and RoPE")
 }
 
 #[cfg(test)]
