@@ -9,7 +9,8 @@ and mlx-cuda-13==0.32.2 unpacked into one folder (SITE):
         --platform manylinux_2_35_x86_64 --platform manylinux_2_17_x86_64 -d W \
         'nvidia-cuda-nvrtc==13.*' 'nvidia-cuda-runtime==13.*' 'nvidia-cuda-cccl==13.*' mlx-cuda-13==0.32.2
     for f in W/*.whl; do unzip -qo $f -d SITE; done
-    python3 bench/cuda/nvrtc_check.py SITE [CUBIN_DIR]
+    LD_LIBRARY_PATH=SITE/nvidia/cu13/lib python3 bench/cuda/nvrtc_check.py SITE [CUBIN_DIR]
+(NVRTC loads libnvrtc-builtins from the library path.)
 MLX embeds its device headers in libmlx: SITE/mlxsrc must hold MLX's source tree
 (its `mlx/` folder) at the wheel's version.
 """
@@ -38,6 +39,8 @@ kernels = [
     ("hearth_gemv", const("cuda_gemv.rs", "SOURCE"), "", GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 9)]),
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
+     [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
+    ("hearth_gemv_mma8", const("cuda_gemv.rs", "MMA8_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
     ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
      ATTN_IN + "{T}* out", [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),
