@@ -406,6 +406,22 @@ pub struct BatchShape {
     pub capacity: usize,
 }
 
+/// A step's per-row int32 values as a `[len]` array whose buffer holds at
+/// least 4 values (a view of the first `len` when padded). MLX 0.32's CUDA
+/// allocator keeps buffers of up to 8 bytes in a host-resident pool that the
+/// GPU reads over the bus on every access: one or two rows' offsets and
+/// lengths were read that way by each of a step's attention layers. Larger
+/// buffers are managed memory, moved to the device on first use.
+fn step_ints(values: &[i32]) -> Array {
+    const MIN_LEN: usize = 4;
+    if values.len() >= MIN_LEN {
+        return Array::from_slice(values, &[values.len() as i32]);
+    }
+    let mut padded = values.to_vec();
+    padded.resize(MIN_LEN, 0);
+    Array::from_slice(&padded, &[MIN_LEN as i32]).index(..values.len() as i32)
+}
+
 /// One decode step of a batch: which rows, each at which position.
 pub struct DecodeStep {
     shape: BatchShape,
@@ -445,7 +461,7 @@ impl DecodeStep {
         }
         DecodeStep {
             shape,
-            offsets: Array::from_slice(&offsets, &[n as i32]),
+            offsets: step_ints(&offsets),
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
             flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
@@ -492,7 +508,7 @@ impl DecodeStep {
     fn lens(&self) -> &Array {
         self.lens.get_or_init(|| {
             let lens: Vec<i32> = self.positions.iter().map(|&p| p as i32 + 1).collect();
-            Array::from_slice(&lens, &[lens.len() as i32])
+            step_ints(&lens)
         })
     }
 
@@ -911,6 +927,18 @@ fn owned_copy(a: &Array) -> Result<Array> {
 mod tests {
     use super::*;
     use mlx_rs::random;
+
+    /// Short per-row lists keep their shape and values (their buffer is
+    /// padded); four or more are taken as they are.
+    #[test]
+    fn step_ints_keep_shape_and_values() {
+        for values in [vec![3], vec![3, 9], vec![1, 2, 3], vec![4, 5, 6, 7, 8]] {
+            let a = step_ints(&values);
+            assert_eq!(a.shape(), &[values.len() as i32]);
+            let back: Vec<i32> = a.add(Array::from_int(0)).unwrap().as_slice().to_vec();
+            assert_eq!(back, values);
+        }
+    }
 
     #[test]
     fn decode_masks_only_rows_of_different_lengths() {

@@ -201,14 +201,25 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// The int32 array holding `values`, made once per thread and value.
+/// Fewest elements of an [`int_array`]. MLX 0.32's CUDA allocator keeps
+/// buffers of up to 8 bytes in a host-resident pool that the GPU reads
+/// over the bus on every access (`SmallSizePool`, `cudaMemAdviseSetAccessedBy`);
+/// larger ones are managed memory, which moves to the device on its first
+/// use there and stays, since the host never writes these again.
+const INT_ARRAY_MIN_LEN: usize = 4;
+
+/// The int32 array holding `values` (then zeros up to
+/// [`INT_ARRAY_MIN_LEN`] elements: kernels read only the values they were
+/// given), made once per thread and value.
 pub(crate) fn int_array(values: &[i32]) -> Array {
     INTS.with(|ints| {
         let mut ints = ints.borrow_mut();
         if let Some(a) = ints.get(values) {
             return a.clone();
         }
-        let a = Array::from_slice(values, &[values.len() as i32]);
+        let mut padded = values.to_vec();
+        padded.resize(values.len().max(INT_ARRAY_MIN_LEN), 0);
+        let a = Array::from_slice(&padded, &[padded.len() as i32]);
         ints.insert(values.to_vec(), a.clone());
         a
     })
@@ -304,6 +315,18 @@ mod tests {
         let failing = || Err("no".to_string());
         assert!(!checked.get_or_check((128, Dtype::Bfloat16), "test", failing));
         assert!(!checked.get_or_check((128, Dtype::Bfloat16), "test", || Ok(0.0)));
+    }
+
+    /// Short value lists are padded past MLX's host-resident small-buffer
+    /// pool; the values come first and longer lists are kept whole.
+    #[test]
+    fn int_arrays_are_padded_to_four_values() {
+        let short = int_array(&[7, -3]);
+        assert_eq!(short.as_slice::<i32>(), &[7, -3, 0, 0]);
+        assert_eq!(int_array(&[7, -3]).as_slice::<i32>(), &[7, -3, 0, 0]);
+        assert_eq!(int_array(&[5]).as_slice::<i32>(), &[5, 0, 0, 0]);
+        let long = [1, 2, 3, 4, 5, 6];
+        assert_eq!(int_array(&long).as_slice::<i32>(), &long);
     }
 
     /// Errors within the tolerance pass; above it, or a failed run, fail.
