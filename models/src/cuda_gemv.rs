@@ -13,9 +13,6 @@
 //!   accumulation, a warp-shuffle reduction (up to 8 rows).
 //! - [`Kernel::Mma`]: tensor cores (`mma.sync.m16n8k16`, f32 accumulators),
 //!   16 output columns per block of 8 warps that split K (up to 16 rows).
-//! - [`Kernel::Mma8`]: the same MMA with the roles swapped (activations as
-//!   the 16-row operand, weights as the 8-column one): 8 output columns per
-//!   block, so twice the blocks on a small matrix (up to 16 rows).
 //!
 //! Which one runs is a [`Route`] table: a kernel per row range, optionally
 //! only for weights up to a size (cuBLAS is as fast or faster on large
@@ -133,10 +130,6 @@ const WARPS: i32 = 8;
 /// of one `mma.m16n8k16`.
 const MMA_COLS: i32 = 16;
 
-/// Output columns per block of the swapped tensor-core kernel: the N of one
-/// `mma.m16n8k16`.
-const MMA8_COLS: i32 = 8;
-
 /// Which kernel computes the product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
@@ -145,10 +138,6 @@ pub enum Kernel {
     /// Tensor cores (`mma.sync.m16n8k16`): a block of 8 warps per 16 output
     /// columns, the reduction dimension split among the warps.
     Mma,
-    /// Tensor cores with the activations as the MMA's 16-row operand and
-    /// the weights as its 8-column one: a block of 8 warps per 8 output
-    /// columns (twice [`Kernel::Mma`]'s blocks, half its registers).
-    Mma8,
 }
 
 impl Kernel {
@@ -156,13 +145,12 @@ impl Kernel {
         match self {
             Kernel::Warp => "warp",
             Kernel::Mma => "mma",
-            Kernel::Mma8 => "mma8",
         }
     }
 
-    /// `warp`, `mma` or `mma8` (its [`name`](Kernel::name)).
+    /// `warp` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
-        [Kernel::Warp, Kernel::Mma, Kernel::Mma8]
+        [Kernel::Warp, Kernel::Mma]
             .into_iter()
             .find(|k| k.name() == s)
     }
@@ -170,7 +158,7 @@ impl Kernel {
     pub fn max_rows(self) -> usize {
         match self {
             Kernel::Warp => WARP_KERNEL_MAX_ROWS,
-            Kernel::Mma | Kernel::Mma8 => MAX_ROWS,
+            Kernel::Mma => MAX_ROWS,
         }
     }
 
@@ -179,7 +167,7 @@ impl Kernel {
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
             Kernel::Warp => 8,
-            Kernel::Mma | Kernel::Mma8 => 32,
+            Kernel::Mma => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
     }
@@ -189,7 +177,6 @@ impl Kernel {
         match self {
             Kernel::Warp => WARPS,
             Kernel::Mma => MMA_COLS,
-            Kernel::Mma8 => MMA8_COLS,
         }
     }
 }
@@ -331,98 +318,6 @@ const MMA_SOURCE: &str = r#"
     }
 "#;
 
-/// `y = x W^T` on tensor cores with the roles of [`MMA_SOURCE`] swapped:
-/// the activations are the MMA's A operand (16 rows by 16 of K: activation
-/// rows g and g + 8 of a quad's group g, zero past ROWS), the weight its B
-/// operand (16 of K by 8 output columns). Thread c of a quad loads 8
-/// consecutive elements (16 bytes) of its weight row and of its activation
-/// row(s) per 32-element step and feeds them to two MMAs (elements 0-3 to
-/// the first: k slots 2c, 2c+1, 2c+8, 2c+9; 4-7 to the second), so a warp
-/// reads 64 contiguous bytes of each of its 8 weight rows per step. A block
-/// computes 8 output columns: twice the blocks of the 16-column kernel for
-/// one matrix, and each thread holds one weight and one or two activation
-/// vectors per step instead of two and one or two, so more blocks fit on
-/// an SM. The 8 warps take interleaved steps of K and add their partial
-/// sums in shared memory at the end.
-const MMA8_SOURCE: &str = r#"
-    constexpr bool HI = ROWS > 8;
-    // NW (warps per block) comes from the launch as a template argument.
-    constexpr int U = 4;
-    const int N = dims[0];
-    const int K = dims[1];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int g = lane >> 2;
-    const int c = lane & 3;
-    const int col0 = blockIdx.x * 8;
-    const int wr = min(col0 + g, N - 1);
-    const uint4* wp = reinterpret_cast<const uint4*>(w + (size_t)wr * K) + c;
-    const bool lo_ok = g < ROWS;
-    const bool hi_ok = HI && g + 8 < ROWS;
-    const uint4* xlo = reinterpret_cast<const uint4*>(x + (size_t)(lo_ok ? g : 0) * K) + c;
-    const uint4* xhi = reinterpret_cast<const uint4*>(x + (size_t)(hi_ok ? g + 8 : 0) * K) + c;
-    // Two accumulator sets: consecutive MMAs of a step go to different
-    // chains.
-    float acc[2][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            acc[a][i] = 0.0f;
-        }
-    }
-    const uint4 zero = {0u, 0u, 0u, 0u};
-    const int steps = K / 32;
-    // Main loop: U steps of 32 elements per warp and iteration, every load
-    // issued before the first MMA uses one (no bounds checks inside).
-    int s0 = warp;
-    for (; s0 + (U - 1) * NW < steps; s0 += NW * U) {
-        uint4 b[U], alo[U], ahi[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int s = s0 + u * NW;
-            b[u] = wp[s * 4];
-            alo[u] = lo_ok ? xlo[s * 4] : zero;
-            ahi[u] = hi_ok ? xhi[s * 4] : zero;
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            HearthMma<T>::run(acc[0], alo[u].x, ahi[u].x, alo[u].y, ahi[u].y, b[u].x, b[u].y);
-            HearthMma<T>::run(acc[1], alo[u].z, ahi[u].z, alo[u].w, ahi[u].w, b[u].z, b[u].w);
-        }
-    }
-    // The rest: fewer than U steps left for this warp.
-    for (; s0 < steps; s0 += NW) {
-        const uint4 b = wp[s0 * 4];
-        const uint4 alo = lo_ok ? xlo[s0 * 4] : zero;
-        const uint4 ahi = hi_ok ? xhi[s0 * 4] : zero;
-        HearthMma<T>::run(acc[0], alo.x, ahi.x, alo.y, ahi.y, b.x, b.y);
-        HearthMma<T>::run(acc[1], alo.z, ahi.z, alo.w, ahi.w, b.z, b.w);
-    }
-    // D fragment: rows g (i = 0, 1) and g + 8 (i = 2, 3), columns 2c + (i & 1).
-    __shared__ float part[NW][4][32];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        part[warp][i][lane] = acc[0][i] + acc[1][i];
-    }
-    __syncthreads();
-    const int tid = threadIdx.x;
-    if (tid < (HI ? 4 : 2) * 32) {
-        const int i = tid >> 5;
-        const int ln = tid & 31;
-        float v = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NW; ++q) {
-            v += part[q][i][ln];
-        }
-        const int m = (ln >> 2) + ((i & 2) ? 8 : 0);
-        const int col = col0 + 2 * (ln & 3) + (i & 1);
-        if (m < ROWS && col < N) {
-            y[(size_t)m * N + col] = T(v);
-        }
-    }
-"#;
-
 const SOURCE: &str = r#"
     const int N = dims[0];
     const int VECS = dims[1] / 8;
@@ -504,8 +399,6 @@ thread_local! {
         CudaKernel::new("hearth_gemv", &["x", "w", "dims"], &["y"], SOURCE, "");
     static MMA_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
-    static MMA8_KERNEL: CudaKernel =
-        CudaKernel::new("hearth_gemv_mma8", &["x", "w", "dims"], &["y"], MMA8_SOURCE, MMA_HEADER);
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -538,7 +431,6 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     let mut out = match kind {
         Kernel::Warp => WARP_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
-        Kernel::Mma8 => MMA8_KERNEL.with(run),
     }?;
     Ok(out.remove(0))
 }
@@ -677,10 +569,6 @@ mod tests {
             }]
         );
         assert!(Route::parse_list("off").unwrap().is_empty());
-        assert_eq!(
-            Route::parse_list("mma8:2-16:32").unwrap()[0].kernel,
-            Kernel::Mma8
-        );
         for bad in [
             "warp:0-2",
             "warp:3-2",
