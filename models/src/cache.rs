@@ -407,19 +407,17 @@ pub struct BatchShape {
 }
 
 /// A step's per-row int32 values as a `[len]` array whose buffer holds at
-/// least 4 values (a view of the first `len` when padded). MLX 0.32's CUDA
-/// allocator keeps buffers of up to 8 bytes in a host-resident pool that the
-/// GPU reads over the bus on every access: one or two rows' offsets and
-/// lengths were read that way by each of a step's attention layers. Larger
-/// buffers are managed memory, moved to the device on first use.
+/// least [`crate::cuda_kernel::MIN_INTS`] values (a view of the first `len`
+/// when padded), so that one or two rows' offsets and lengths, read by every
+/// attention layer, are not in MLX's host-resident pool.
 fn step_ints(values: &[i32]) -> Array {
-    const MIN_LEN: usize = 4;
-    if values.len() >= MIN_LEN {
-        return Array::from_slice(values, &[values.len() as i32]);
+    let padded = crate::cuda_kernel::padded_ints(values);
+    let a = Array::from_slice(&padded, &[padded.len() as i32]);
+    if padded.len() == values.len() {
+        a
+    } else {
+        a.index(..values.len() as i32)
     }
-    let mut padded = values.to_vec();
-    padded.resize(MIN_LEN, 0);
-    Array::from_slice(&padded, &[MIN_LEN as i32]).index(..values.len() as i32)
 }
 
 /// One decode step of a batch: which rows, each at which position.

@@ -201,24 +201,31 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// Fewest elements of an [`int_array`]. MLX 0.32's CUDA allocator keeps
-/// buffers of up to 8 bytes in a host-resident pool that the GPU reads
-/// over the bus on every access (`SmallSizePool`, `cudaMemAdviseSetAccessedBy`);
-/// larger ones are managed memory, which moves to the device on its first
-/// use there and stays, since the host never writes these again.
-const INT_ARRAY_MIN_LEN: usize = 4;
+/// Fewest int32 values in the buffer of a host-made array that kernels
+/// read. MLX 0.32's CUDA allocator keeps buffers of up to 8 bytes in a
+/// host-resident pool that the GPU reads over the bus on every access
+/// (`SmallSizePool`, `cudaMemAdviseSetAccessedBy`); larger ones are managed
+/// memory, which moves to the device on its first use there.
+pub(crate) const MIN_INTS: usize = 4;
 
-/// The int32 array holding `values` (then zeros up to
-/// [`INT_ARRAY_MIN_LEN`] elements: kernels read only the values they were
-/// given), made once per thread and value.
+/// `values`, then zeros up to [`MIN_INTS`] values.
+pub(crate) fn padded_ints(values: &[i32]) -> Vec<i32> {
+    let mut padded = values.to_vec();
+    padded.resize(values.len().max(MIN_INTS), 0);
+    padded
+}
+
+/// The int32 array holding `values` (then zeros up to [`MIN_INTS`]
+/// values: kernels read only the values they were given), made once per
+/// thread and value; the host never writes it again, so it stays on the
+/// device after its first use.
 pub(crate) fn int_array(values: &[i32]) -> Array {
     INTS.with(|ints| {
         let mut ints = ints.borrow_mut();
         if let Some(a) = ints.get(values) {
             return a.clone();
         }
-        let mut padded = values.to_vec();
-        padded.resize(values.len().max(INT_ARRAY_MIN_LEN), 0);
+        let padded = padded_ints(values);
         let a = Array::from_slice(&padded, &[padded.len() as i32]);
         ints.insert(values.to_vec(), a.clone());
         a
