@@ -408,8 +408,8 @@ pub struct BatchShape {
 
 /// A step's per-row int32 values as a `[len]` array whose buffer holds at
 /// least [`crate::cuda_kernel::MIN_INTS`] values (a view of the first `len`
-/// when padded), so that one or two rows' offsets and lengths, read by every
-/// attention layer, are not in MLX's host-resident pool.
+/// when padded), so that a short step's offsets, lengths and KV write index,
+/// read by every attention layer, are not in MLX's host-resident pool.
 fn step_ints(values: &[i32]) -> Array {
     let padded = crate::cuda_kernel::padded_ints(values);
     let a = Array::from_slice(&padded, &[padded.len() as i32]);
@@ -462,7 +462,7 @@ impl DecodeStep {
             offsets: step_ints(&offsets),
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
-            flat_index: Array::from_slice(&flat, &[(n * kv_heads) as i32]),
+            flat_index: step_ints(&flat),
             positions,
             kv_len,
             active: None,
