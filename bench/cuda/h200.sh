@@ -29,7 +29,8 @@
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
 #      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
-# Results land in $OUT (JSON + Markdown + logs); copy them to bench/results/.
+# Results land in $OUT (Markdown + logs; raw.tar holds the bench JSON, step
+# traces, nvidia-smi and vmstat samples and Nsight CSVs); copy them to bench/results/.
 #
 # The Hearth binary is the one built here on Debian 12 (linked against the
 # mlx-cpu wheel's libmlx.so); on the device LD_LIBRARY_PATH points it at the
@@ -188,7 +189,7 @@ EOF
         done
       done
       python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md" || true
-      tar -cJf "$OUT/ncu-$name.tar.xz" -C /tmp/ncu . || true
+      mkdir -p /tmp/raw && tar -cJf "/tmp/raw/ncu-$name.tar.xz" -C /tmp/ncu . || true
       rm -rf /tmp/ncu
     fi
     if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then
@@ -260,11 +261,19 @@ EOF
     # Seconds left before H200_DEADLINE (at least 1: `timeout` refuses 0 or less).
     left() { local l=$(( ${H200_DEADLINE:-570} - SECONDS )); echo $(( l > 0 ? l : 1 )); }
     (( ${H200_DEADLINE:-570} - SECONDS > 30 )) || echo "!! $name: under 30 s left before H200_DEADLINE, the sweep is cut short"
+    # The GPU's clocks, power and load every 200 ms while the sweep runs
+    # (does a slow repeat coincide with a slower GPU?).
+    mkdir -p /tmp/raw
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu \
+      --format=csv -lms 200 > "/tmp/raw/smi-$name.csv" 2>&1 & smi=$!
+    # and the VM's CPU time, steal included, every second.
+    { vmstat -t 1 > "/tmp/raw/vmstat-$name.txt" 2>&1 || true; } & vms=$!
     timeout $(left) $H bench --compare "$compare" \
         --scenarios sweep --concurrency "${H200_CONC:-1,2,4,8,16}" --sweep-prompt-tokens 128 --sweep-max-tokens 256 \
         --repeats "${H200_REPEATS:-3}" --warmup 0 --tokenizer "$tokdir/tokenizer.json" \
-        --json-out "$OUT/h200-$name.json" --markdown-out "$OUT/h200-$name.md" || echo "bench exit $?"
+        --json-out "/tmp/raw/h200-$name.json" --markdown-out "$OUT/h200-$name.md" || echo "bench exit $?"
     stamp "$name: sweep done"
+    kill $smi $vms 2>/dev/null || true; pkill -x vmstat 2>/dev/null || true
     first="${compare%%,*}"
     if [[ ",${H200_INTERF:-}," == *",$name,"* ]]; then
       timeout $(left) $H bench --compare "$first,mlx_lm=http://127.0.0.1:8081" --scenarios interference \
@@ -288,10 +297,17 @@ EOF
     # Where the step time goes, per decode batch size (HEARTH_STEP_TRACE):
     # one file for all models, so two models' runs stay within 8 files.
     python3 bench/cuda/trace_summary.py /tmp/trace-$name-*.tsv | tee -a "$OUT/trace-summary.txt"
+    for t in /tmp/trace-$name-*.tsv; do xz -c "$t" > "/tmp/raw/$(basename "$t").xz"; done
     grep -H -i "kernel" /tmp/hearth-serve-$name-*.log | cut -c1-300 || true
     tail -n 5 /tmp/hearth-serve-$name-*.log
     grep -A20 "^| server | streams" "$OUT/h200-$name.md" 2>/dev/null || true
   done
+  # One file for the raw material (at most 8 files come back): the bench
+  # JSON, step traces, GPU clock samples and Nsight CSVs.
+  if [[ -d /tmp/raw ]]; then
+    for j in /tmp/raw/*.json /tmp/raw/*.csv /tmp/raw/*.txt; do [[ -f $j ]] && xz -f "$j"; done
+    tar -cf "$OUT/raw.tar" -C /tmp/raw . && tar -tvf "$OUT/raw.tar"
+  fi
   ;;
 profile)
   # Where a decode step's time goes (issue 9). Same checkpoint, same run:

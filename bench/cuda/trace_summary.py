@@ -29,7 +29,7 @@ for path in sys.argv[1:]:
             f" {pct(steps, .99):7d} {steps[-1]:7d}  {pct(gaps, .5):10d} {int(statistics.mean(gaps)):5d}  {slow:5d}"
         )
     cols = ["t_us", "step_us", "gap_us", "decode_rows", "prefill_tokens", "span"]
-    cols += [c for c in PARTS if c in header]
+    cols += [c for c in PARTS + ["cpu_us", "preempted", "cpu", "burst"] if c in header]
     print("slowest steps:", " ".join(cols))
     for r in sorted(rows, key=lambda r: -r["step_us"])[:8]:
         print("   ", *(r[c] for c in cols))
@@ -50,3 +50,26 @@ for path in sys.argv[1:]:
             print(f"  {c} {pct(v, .5)} / {v[-1]}", end="")
         tok = sorted(r["prefill_tokens"] for r in group)
         print(f"  tokens p50 {pct(tok, .5)}")
+    if "burst" not in header:
+        continue
+    # Burst by burst (one bench request batch each, in order): is a slow
+    # repeat slow in every step, and did the engine thread compute (cpu_us),
+    # wait for the device (deliver_us) or lose its core (preempted, cpus)?
+    print("bursts: burst steps rows_p50  step_us p50  mean   decode_us  deliver_us  cpu_us  preempted  cpus")
+    bursts = {}
+    for r in rows:
+        if r["prefill_tokens"] == 0 and r["decode_rows"] > 0:
+            bursts.setdefault(r["burst"], []).append(r)
+    for b in sorted(bursts):
+        g = bursts[b]
+        if len(g) < 20:
+            continue
+        step = sorted(r["step_us"] for r in g)
+        rws = sorted(r["decode_rows"] for r in g)
+        mean = lambda c: int(statistics.mean(r[c] for r in g))
+        cpus = sorted({r["cpu"] for r in g})
+        print(
+            f"   {b:5d} {len(g):5d} {pct(rws, .5):8d}  {pct(step, .5):11d} {int(statistics.mean(step)):6d}"
+            f" {mean('decode_us'):10d} {mean('deliver_us'):11d} {mean('cpu_us'):7d}"
+            f" {sum(r['preempted'] for r in g):10d}  {','.join(map(str, cpus))}"
+        )
