@@ -148,11 +148,14 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
 }
 
 /// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others:
-/// MLX's GEMV for one row, tensor cores for 2–16 rows on weights up to 32
-/// MiB, cuBLAS above. In-process on the H200 this made two-row steps 1.20x
-/// a one-row step where the warp kernel at two rows made them 1.37x
-/// (`hearth dev decode-bench`, bench/results/h200-2026-12-01-s6.md).
-pub const DEFAULT_CUDA_GEMV: &str = "mma:2-16:32";
+/// MLX's GEMV for one row; at two rows tensor cores on every weight up to 2
+/// GiB (the lm_head included); at 3–16 rows tensor cores on weights up to 32
+/// MiB and cuBLAS above. MLX sets up every cuBLAS call anew on the host
+/// (descriptors, an algorithm query, a workspace), and a server's two-row
+/// step is bound by that host work: in the same H200 run, two streams went
+/// from 228 to 260 tok/s and the two-row step from 8.6–9.1 to 7.3–8.0 ms
+/// against `mma:2-16:32` (bench/results/h200-2026-12-02-s12.md).
+pub const DEFAULT_CUDA_GEMV: &str = "mma:2-2:2048,mma:3-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
 /// on other devices); each is checked against MLX on the device (the GEMV
@@ -377,16 +380,21 @@ mod tests {
     }
 
     #[test]
-    fn default_routes_leave_one_row_and_large_weights_to_mlx() {
+    fn default_routes_leave_one_row_and_large_weights_above_two_rows_to_mlx() {
         use hearth_models::cuda_gemv::{pick, Kernel, Route};
         let routes = Route::parse_list(DEFAULT_CUDA_GEMV).unwrap();
         let bf16 = mlx_rs::Dtype::Bfloat16;
         assert_eq!(pick(&routes, 1, 4096, 4096, bf16), None);
+        assert_eq!(pick(&routes, 1, 151936, 4096, bf16), None);
         assert_eq!(pick(&routes, 2, 4096, 4096, bf16), Some(Kernel::Mma));
         assert_eq!(pick(&routes, 16, 4096, 4096, bf16), Some(Kernel::Mma));
-        // Qwen3-8B's joined q/k/v (48 MiB) and lm_head stay on cuBLAS.
-        assert_eq!(pick(&routes, 2, 6144, 4096, bf16), None);
-        assert_eq!(pick(&routes, 2, 151936, 4096, bf16), None);
+        // Two rows: every Qwen3-8B matrix, the joined q/k/v (48 MiB) and the
+        // 1.2 GB lm_head included, goes to our kernel.
+        assert_eq!(pick(&routes, 2, 6144, 4096, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&routes, 2, 151936, 4096, bf16), Some(Kernel::Mma));
+        // From three rows on, those stay on cuBLAS.
+        assert_eq!(pick(&routes, 3, 6144, 4096, bf16), None);
+        assert_eq!(pick(&routes, 16, 151936, 4096, bf16), None);
     }
 
     #[test]

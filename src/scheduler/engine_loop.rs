@@ -47,7 +47,6 @@ pub(super) fn start(
     let thread = std::thread::Builder::new()
         .name("hearth-engine".into())
         .spawn(move || {
-            pin_from_env();
             if let Err(e) = crate::engine::fit::check(&path) {
                 let _ = ready_tx.send(Err(anyhow::Error::new(e)));
                 return;
@@ -116,69 +115,6 @@ pub(super) fn start(
         thread: Mutex::new(Some(thread)),
     });
     Ok(SchedulerHandle { commands, shared })
-}
-
-/// `HEARTH_ENGINE_CPUS=LIST` (e.g. `3` or `2-3,6`) keeps the engine thread
-/// on those CPUs (Linux), for A/B runs of host placement: on a GPU a decode
-/// step is bound by the host work of one thread (docs/cuda.md).
-fn pin_from_env() {
-    let Ok(list) = std::env::var("HEARTH_ENGINE_CPUS") else {
-        return;
-    };
-    match parse_cpu_list(&list) {
-        Ok(cpus) => match pin_current_thread(&cpus) {
-            Ok(()) => tracing::info!(?cpus, "engine thread pinned"),
-            Err(e) => tracing::warn!(%list, error = %e, "HEARTH_ENGINE_CPUS ignored"),
-        },
-        Err(e) => tracing::warn!(%list, error = %e, "HEARTH_ENGINE_CPUS ignored"),
-    }
-}
-
-/// `"2-3,6"` → `[2, 3, 6]`.
-fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
-    let mut cpus = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let number = |t: &str| {
-            t.trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{t:?} is not a CPU number"))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (number(a)?, number(b)?);
-                if a > b || b >= 1024 {
-                    return Err(format!("bad CPU range {part:?}"));
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(number(part)?),
-        }
-    }
-    if cpus.is_empty() || cpus.iter().any(|&c| c >= 1024) {
-        return Err("no CPUs in 0..1024 named".into());
-    }
-    Ok(cpus)
-}
-
-#[cfg(target_os = "linux")]
-fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
-    // SAFETY: cpu_set_t is a plain bit set; CPU_SET stays within it (every
-    // CPU < 1024 = CPU_SETSIZE, checked by parse_cpu_list).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &cpu in cpus {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-    }
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin_current_thread(_cpus: &[usize]) -> Result<(), String> {
-    Err("pinning is only supported on Linux".into())
 }
 
 /// Bytes per element of the KV cache, as a one-token forward stores it.
@@ -1172,31 +1108,7 @@ impl EngineLoop {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_cpu_list, plan_prefill};
-
-    #[test]
-    fn cpu_lists_parse_and_bad_ones_are_refused() {
-        assert_eq!(parse_cpu_list("3"), Ok(vec![3]));
-        assert_eq!(parse_cpu_list("2-3, 6"), Ok(vec![2, 3, 6]));
-        for bad in ["", "x", "3-2", "1-", "5000"] {
-            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn pinning_keeps_the_thread_on_its_cpu() {
-        // On a thread of its own: the test harness's threads stay unpinned.
-        std::thread::spawn(|| {
-            super::pin_current_thread(&[0]).unwrap();
-            for _ in 0..100 {
-                assert_eq!(unsafe { libc::sched_getcpu() }, 0);
-                std::thread::yield_now();
-            }
-        })
-        .join()
-        .unwrap();
-    }
+    use super::plan_prefill;
 
     #[test]
     fn prefill_passes_take_short_prompts_first_and_batch_within_the_budget() {
