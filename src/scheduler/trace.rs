@@ -40,7 +40,7 @@ pub(super) struct StepStats {
 
 /// The calling thread's CPU time (µs) and involuntary context switches so
 /// far; zeros where the OS does not say (only Linux reports per thread).
-pub(super) fn thread_usage() -> (u64, u64) {
+fn thread_usage() -> (u64, u64) {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getrusage writes a plain struct we own.
@@ -58,13 +58,11 @@ pub(super) fn thread_usage() -> (u64, u64) {
 
 /// The CPU the calling thread runs on (-1 where unknown).
 fn current_cpu() -> i64 {
+    // SAFETY: no arguments, no memory.
     #[cfg(target_os = "linux")]
-    {
-        // SAFETY: no arguments, no memory.
-        return i64::from(unsafe { libc::sched_getcpu() });
-    }
-    #[allow(unreachable_code)]
-    -1
+    return i64::from(unsafe { libc::sched_getcpu() });
+    #[cfg(not(target_os = "linux"))]
+    return -1;
 }
 
 pub(super) struct StepTrace {
