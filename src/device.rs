@@ -154,7 +154,9 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
 /// (descriptors, an algorithm query, a workspace), and a server's two-row
 /// step is bound by that host work: in the same H200 run, two streams went
 /// from 228 to 260 tok/s and the two-row step from 8.6–9.1 to 7.3–8.0 ms
-/// against `mma:2-16:32` (bench/results/h200-2026-12-02-s12.md).
+/// against `mma:2-16:32` (bench/results/h200-2026-12-02-s12.md). One run's
+/// evidence: servers with identical routes differed by as much in that
+/// session, and the MoE showed no difference (docs/cuda.md).
 pub const DEFAULT_CUDA_GEMV: &str = "mma:2-2:2048,mma:3-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens

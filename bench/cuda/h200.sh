@@ -189,7 +189,7 @@ EOF
         done
       done
       python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md" || true
-      mkdir -p /tmp/raw && tar -cJf "/tmp/raw/ncu-$name.tar.xz" -C /tmp/ncu . || true
+      mkdir -p /tmp/raw; tar -cJf "/tmp/raw/ncu-$name.tar.xz" -C /tmp/ncu . || true
       rm -rf /tmp/ncu
     fi
     if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then
