@@ -179,6 +179,12 @@ pub const DEFAULT_CUDA_GEMV: &str = "mma:2-2:2048,mma:3-16:32";
 /// - the residual add and the RMSNorm after it as one kernel
 ///   (models/src/cuda_norm.rs): `HEARTH_CUDA_NORM=on|off`
 ///   ([`DEFAULT_CUDA_NORM`]).
+/// - a Gated DeltaNet layer's decoding token, from its joined projection to
+///   the gated norm, as one kernel (models/src/cuda_delta.rs):
+///   `HEARTH_CUDA_DELTA=on|off` ([`DEFAULT_CUDA_DELTA`]).
+/// - a sparse MoE block's router (softmax, top k, renormalisation) and its
+///   weighted sum of experts, one kernel each (models/src/cuda_moe.rs):
+///   `HEARTH_CUDA_MOE=on|off` ([`DEFAULT_CUDA_MOE`]).
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -200,7 +206,7 @@ pub fn enable_cuda_kernels() {
     enable_cuda_gemv();
     enable_cuda_attn();
     // Each checked per shape kind and type at its first use.
-    use hearth_models::{cuda_norm, cuda_qk};
+    use hearth_models::{cuda_delta, cuda_moe, cuda_norm, cuda_qk};
     kernel_switch(
         "HEARTH_CUDA_QK",
         DEFAULT_CUDA_QK,
@@ -214,6 +220,20 @@ pub fn enable_cuda_kernels() {
         "add+norm",
         cuda_norm::enable,
         cuda_norm::disable,
+    );
+    kernel_switch(
+        "HEARTH_CUDA_DELTA",
+        DEFAULT_CUDA_DELTA,
+        "delta step",
+        cuda_delta::enable,
+        cuda_delta::disable,
+    );
+    kernel_switch(
+        "HEARTH_CUDA_MOE",
+        DEFAULT_CUDA_MOE,
+        "moe router/combine",
+        cuda_moe::enable,
+        cuda_moe::disable,
     );
 }
 
@@ -241,6 +261,17 @@ fn kernel_switch(var: &str, default: &str, kernel: &str, enable: fn(), disable: 
 /// trace; the step is bound by MLX's host time per op, and these kernels
 /// cut ops), bench/results/h200-2026-12-02.md.
 pub const DEFAULT_CUDA_NORM: &str = "on";
+
+/// Whether a DeltaNet layer's decoding token runs as one kernel unless
+/// `HEARTH_CUDA_DELTA` says: yes. It replaces about twenty of MLX's ops per
+/// layer and step (models/src/cuda_delta.rs); a decode step of the hybrid
+/// MoE is bound by MLX's host time per op (docs/cuda.md).
+pub const DEFAULT_CUDA_DELTA: &str = "on";
+
+/// Whether a sparse MoE block's router and weighted sum run as one kernel
+/// each unless `HEARTH_CUDA_MOE` says: yes. They replace about ten of MLX's
+/// ops per block and step (models/src/cuda_moe.rs).
+pub const DEFAULT_CUDA_MOE: &str = "on";
 
 /// `on` / `off` settings (surrounding blanks ignored); `None` for anything else.
 fn on_off(setting: &str) -> Option<bool> {

@@ -1,5 +1,5 @@
 """Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs,
-cuda_norm.rs) with NVRTC the way
+cuda_norm.rs, cuda_delta.rs, cuda_moe.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -21,7 +21,7 @@ import sys
 
 site = pathlib.Path(sys.argv[1])
 srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
-sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs"]}
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs", "cuda_delta.rs", "cuda_moe.rs"]}
 
 
 def const(file, name):
@@ -57,6 +57,22 @@ kernels = [
      "const {T}* x, const {T}* r, const {T}* w, const int32_t* dims, {T}* h_out, {T}* n_out",
      [f"constexpr int H = {h}; constexpr int NT = {min(256, -(-h // 8 // 32) * 32)};"
       for h in (8, 576, 1024, 2048, 2560, 4096, 5120, 16384)]),
+    # Qwen3.5's DeltaNet shape (16 key heads, 32 value heads, 128 wide, kernel 4) and a small odd one
+    ("hearth_delta_step", const("cuda_delta.rs", "SOURCE"), const("cuda_delta.rs", "HEADER"),
+     "const {T}* proj, const {T}* conv, const {T}* taps, const {T}* dt_bias, const float* neg_a, "
+     "const float* ssm, const {T}* nw, const int32_t* dims, {T}* y_out, {T}* conv_out, float* ssm_out",
+     [f"constexpr int HK = {hk}; constexpr int HV = {hv}; constexpr int DK = {dk}; constexpr int DV = {dv}; "
+      f"constexpr int KS = {ks}; constexpr int W = {2*hk*dk + 2*hv*dv + 2*hv}; constexpr int NT = {-(-max(dk, dv) // 32) * 32};"
+      for hk, hv, dk, dv, ks in ((16, 32, 128, 128, 4), (2, 6, 72, 40, 3))]),
+    # MoE router (Qwen3.5: 256 experts, top 8; Qwen3-30B: 128; a small and the largest) and combine
+    ("hearth_moe_route", const("cuda_moe.rs", "ROUTE_SOURCE"), const("cuda_moe.rs", "ROUTE_HEADER"),
+     "const {T}* logits, uint32_t* inds, {T}* scores",
+     [f"constexpr int E = {e}; constexpr int K = {k}; constexpr int NT = 256; constexpr int NORM = {n};"
+      for e, k in ((256, 8), (128, 8), (16, 4), (2048, 32)) for n in (0, 1)]),
+    ("hearth_moe_combine", const("cuda_moe.rs", "COMBINE_SOURCE"), "",
+     "const {T}* y, const {T}* scores, const {T}* shared, const {T}* sgate, const int32_t* dims, {T}* out",
+     [f"constexpr int K = {k}; constexpr int H = {h}; constexpr int SHARED = {s};"
+      for k, h in ((8, 2048), (8, 4096)) for s in (0, 1)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))

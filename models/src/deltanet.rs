@@ -38,6 +38,9 @@ use crate::{
     weights::Weights,
 };
 
+/// The epsilon of the query/key L2 normalisation (on the sum of squares).
+const QK_EPS: f32 = 1e-6;
+
 /// Tokens per block of the chunked delta rule.
 pub const BLOCK: usize = 64;
 
@@ -137,30 +140,103 @@ impl GatedDeltaNet {
     /// holds for these rows.
     pub fn forward(&self, x: &Array, cache: &mut CacheView) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let [qkv, z, proj_b, proj_a]: [Array; 4] = self
-            .in_proj
-            .forward(x)?
-            .try_into()
-            .map_err(|_| ModelError::Mlx("four input projections expected".into()))?;
-        let z = z.reshape(&[b, l, self.value_heads, self.value_dim])?;
-        // beta = sigmoid(b) and the log of the decay, -exp(A_log) *
-        // softplus(a + dt_bias), both f32.
-        let (beta, log_g) =
-            crate::fused::delta_gates(&proj_b, &proj_a, &self.dt_bias, &self.neg_a)?;
         // Right-padded rows of a batched prefill: padding gets beta = 0 and
         // no decay, so it leaves the state as the row's last token left it.
         let padding = cache.padding().map(|(v, l)| (v.clone(), l.clone()));
-        let (beta, log_g) = match &padding {
+        let init = self.zero_state(x.dtype())?;
+        let state = broadcast_rows(cache.recurrent_state(&init)?, b)?;
+        let parts = match self.one_token_kernel(x, &state, l, padding.is_some())? {
+            Ok([out, conv, ssm]) => {
+                cache.set_recurrent_state(RecurrentState { conv, ssm }, 1)?;
+                return self.out_proj.forward(&out);
+            }
+            Err(Some(parts)) => parts,
+            Err(None) => self.in_proj.forward(x)?,
+        };
+        let (out, new) = self.mix(&parts, &state, padding.as_ref())?;
+        cache.set_recurrent_state(new, l as usize)?;
+        self.out_proj.forward(&out)
+    }
+
+    /// A decoding token's projection-to-gated-norm as one CUDA kernel
+    /// ([`crate::cuda_delta`]) when it is in force: `Ok` with the kernel's
+    /// `[out, conv, ssm]`; otherwise `Err` with the projections' outputs if
+    /// they were already made.
+    fn one_token_kernel(
+        &self,
+        x: &Array,
+        state: &RecurrentState,
+        l: i32,
+        padded: bool,
+    ) -> Result<std::result::Result<crate::cuda_delta::Step, Option<Vec<Array>>>> {
+        if l != 1 || padded || !crate::cuda_delta::enabled() {
+            return Ok(Err(None));
+        }
+        let Some(proj) = self.in_proj.joined_forward(x)? else {
+            return Ok(Err(None));
+        };
+        let split = |proj: &Array| {
+            self.in_proj
+                .split(proj)
+                .ok_or_else(|| ModelError::Mlx("joined projection expected".into()))
+        };
+        let reference = |proj: &Array, conv: &Array, ssm: &Array| {
+            let state = RecurrentState {
+                conv: conv.clone(),
+                ssm: ssm.clone(),
+            };
+            let (out, new) = self.mix(&split(proj)?, &state, None)?;
+            Ok([out, new.conv, new.ssm])
+        };
+        let inv = (self.key_dim as f32).powf(-0.5);
+        let layer = crate::cuda_delta::DeltaLayer {
+            shape: crate::cuda_delta::DeltaShape {
+                key_heads: self.key_heads,
+                value_heads: self.value_heads,
+                key_dim: self.key_dim,
+                value_dim: self.value_dim,
+                kernel: self.kernel,
+            },
+            taps: &self.conv_taps,
+            dt_bias: &self.dt_bias,
+            neg_a: &self.neg_a,
+            norm_weight: &self.norm_weight,
+            norm_eps: self.eps,
+            qk_eps: QK_EPS * inv * inv,
+            q_scale: inv * inv,
+            k_scale: inv,
+        };
+        match crate::cuda_delta::step(&layer, &proj, &state.conv, &state.ssm, reference)? {
+            Some(step) => Ok(Ok(step)),
+            None => Ok(Err(Some(split(&proj)?))),
+        }
+    }
+
+    /// The projections' outputs `[qkv, z, b, a]` (each `[B, L, _]`) and the
+    /// state before them → the gated norm's output `[B, L, Hv·Dv]` (what
+    /// `out_proj` reads) and the state after them.
+    fn mix(
+        &self,
+        parts: &[Array],
+        state: &RecurrentState,
+        padding: Option<&(Array, Array)>,
+    ) -> Result<(Array, RecurrentState)> {
+        let [qkv, z, proj_b, proj_a] = parts else {
+            return Err(ModelError::Mlx("four input projections expected".into()));
+        };
+        let (b, l) = (qkv.dim(0), qkv.dim(1));
+        let dtype = qkv.dtype();
+        let z = z.reshape(&[b, l, self.value_heads, self.value_dim])?;
+        // beta = sigmoid(b) and the log of the decay, -exp(A_log) *
+        // softplus(a + dt_bias), both f32.
+        let (beta, log_g) = crate::fused::delta_gates(proj_b, proj_a, &self.dt_bias, &self.neg_a)?;
+        let (beta, log_g) = match padding {
             Some((valid, _)) => (beta.multiply(valid)?, log_g.multiply(valid)?),
             None => (beta, log_g),
         };
 
-        let init = self.zero_state(x.dtype())?;
-        let state = cache.recurrent_state(&init)?;
-        let state = broadcast_rows(state, b)?;
-
         // Causal depthwise convolution over [carried inputs, new inputs].
-        let conv_input = ops::concatenate(&[&state.conv, &qkv], 1)?;
+        let conv_input = ops::concatenate(&[&state.conv, qkv], 1)?;
         let keep = self.kernel - 1;
         let total = conv_input.dim(1);
         let new_conv = match &padding {
@@ -203,7 +279,7 @@ impl GatedDeltaNet {
         // L2 normalisation with eps 1e-6 on the sum of squares, via RMSNorm
         // (which adds eps to the mean); queries also take key_dim^-1/2.
         let inv = (self.key_dim as f32).powf(-0.5);
-        let rms_eps = 1e-6 * inv * inv;
+        let rms_eps = QK_EPS * inv * inv;
         let q = fast::rms_norm(&q, None, rms_eps)?;
         let k = fast::rms_norm(&k, None, rms_eps)?;
         let log_g = log_g.transpose_axes(&[0, 2, 1])?;
@@ -235,23 +311,21 @@ impl GatedDeltaNet {
             let v = v.transpose_axes(&[0, 2, 1, 3])?.as_dtype(Dtype::Float32)?;
             delta_chunked(&q, &k, &v, &log_g, &beta, &state.ssm)?
         };
-        cache.set_recurrent_state(
-            RecurrentState {
-                conv: new_conv,
-                ssm,
-            },
-            l as usize,
-        )?;
-
         // [B, Hv, L, Dv] → [B, L, Hv, Dv]; RMSNorm gated by silu(z).
-        let y = y.transpose_axes(&[0, 2, 1, 3])?.as_dtype(x.dtype())?;
+        let y = y.transpose_axes(&[0, 2, 1, 3])?.as_dtype(dtype)?;
         let normed = fast::rms_norm(&y, Some(&self.norm_weight), self.eps)?;
         let out = crate::fused::gated_f32(&z, &normed)?.reshape(&[
             b,
             l,
             self.value_heads * self.value_dim,
         ])?;
-        self.out_proj.forward(&out)
+        Ok((
+            out,
+            RecurrentState {
+                conv: new_conv,
+                ssm,
+            },
+        ))
     }
 
     /// `[B, L, Hk, D]` → `[B, L, Hv, D]`: value head `h` reads key head

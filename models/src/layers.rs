@@ -204,17 +204,26 @@ impl LinearGroup {
     /// `x: [..., in]` → each layer's `[..., out_i]`.
     pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
         match self {
-            LinearGroup::Joined(linear, widths) => {
-                let y = linear.forward(x)?;
-                let mut start = 0;
-                let mut out = Vec::with_capacity(widths.len());
-                for w in widths {
-                    out.push(y.index((Ellipsis, start..start + w)));
-                    start += w;
-                }
-                Ok(out)
-            }
+            LinearGroup::Joined(linear, widths) => Ok(split(&linear.forward(x)?, widths)),
             LinearGroup::Separate(parts) => parts.iter().map(|p| p.forward(x)).collect(),
+        }
+    }
+
+    /// `x: [..., in]` → the joined product `[..., Σ out_i]` (the layers'
+    /// outputs side by side), or `None` when they are kept apart.
+    pub fn joined_forward(&self, x: &Array) -> Result<Option<Array>> {
+        match self {
+            LinearGroup::Joined(linear, _) => Ok(Some(linear.forward(x)?)),
+            LinearGroup::Separate(_) => Ok(None),
+        }
+    }
+
+    /// [`LinearGroup::joined_forward`]'s product as each layer's output
+    /// (views); `None` when the layers are kept apart.
+    pub fn split(&self, y: &Array) -> Option<Vec<Array>> {
+        match self {
+            LinearGroup::Joined(_, widths) => Some(split(y, widths)),
+            LinearGroup::Separate(_) => None,
         }
     }
 
@@ -224,6 +233,17 @@ impl LinearGroup {
             LinearGroup::Separate(parts) => parts.iter().map(Linear::nbytes).sum(),
         }
     }
+}
+
+/// `y`'s last axis cut into consecutive pieces of `widths`.
+fn split(y: &Array, widths: &[i32]) -> Vec<Array> {
+    let mut start = 0;
+    let mut out = Vec::with_capacity(widths.len());
+    for w in widths {
+        out.push(y.index((Ellipsis, start..start + w)));
+        start += w;
+    }
+    out
 }
 
 /// `pick` of every part concatenated along axis 0 and evaluated; `None`

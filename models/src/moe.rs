@@ -231,25 +231,22 @@ impl SparseMoe {
 
     /// `x: [B, L, hidden]` → `[B, L, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let gates = ops::softmax_axis(self.gate.forward(x)?, -1, true)?;
-        let n_experts = gates.dim(-1);
-        let k = self.top_k;
-        let inds = ops::argpartition_axis(&gates, -k, -1)?.index((Ellipsis, (n_experts - k)..));
-        let mut scores = gates.take_along_axis(&inds, -1)?;
-        if self.norm_topk_prob {
-            scores = scores.divide(scores.sum_axis(-1, true)?)?;
-        }
+        let logits = self.gate.forward(x)?;
+        let (k, norm) = (self.top_k, self.norm_topk_prob);
+        let (inds, scores) =
+            match crate::cuda_moe::route(&logits, k, norm, |l| route_ops(l, k, norm))? {
+                Some(route) => route,
+                None => route_ops(&logits, k, norm)?,
+            };
         let y = self.experts.forward(x, &inds)?;
-        let dtype = y.dtype();
-        let mut y = y
-            .multiply(scores.expand_dims(-1)?)?
-            .sum_axis(-2, false)?
-            .as_dtype(dtype)?;
-        if let Some((mlp, gate)) = &self.shared {
-            let shared = ops::sigmoid(gate.forward(x)?)?.multiply(mlp.forward(x)?)?;
-            y = y.add(shared)?;
+        let shared = match &self.shared {
+            Some((mlp, gate)) => Some((gate.forward(x)?, mlp.forward(x)?)),
+            None => None,
+        };
+        match crate::cuda_moe::combine(&y, &scores, shared.as_ref(), combine_ops)? {
+            Some(out) => Ok(out),
+            None => combine_ops(&y, &scores, shared.as_ref()),
         }
-        Ok(y)
     }
 
     /// Bytes held by the parameters (all experts).
@@ -261,6 +258,35 @@ impl SparseMoe {
                 .as_ref()
                 .map_or(0, |(mlp, gate)| mlp.nbytes() + gate.nbytes())
     }
+}
+
+/// The router's MLX ops: `logits: [.., E]` → the top `k` experts `[.., k]`
+/// (uint32, in no order) and their softmax scores, renormalised to sum to
+/// 1 when `normalise`.
+fn route_ops(logits: &Array, k: i32, normalise: bool) -> Result<(Array, Array)> {
+    let gates = ops::softmax_axis(logits, -1, true)?;
+    let n_experts = gates.dim(-1);
+    let inds = ops::argpartition_axis(&gates, -k, -1)?.index((Ellipsis, (n_experts - k)..));
+    let mut scores = gates.take_along_axis(&inds, -1)?;
+    if normalise {
+        scores = scores.divide(scores.sum_axis(-1, true)?)?;
+    }
+    Ok((inds, scores))
+}
+
+/// The combination's MLX ops: the experts' outputs `y: [.., k, H]`
+/// weighted by `scores: [.., k]` and summed, plus `sigmoid(gate) · out` of
+/// the shared expert (`gate: [.., 1]`, `out: [.., H]`).
+fn combine_ops(y: &Array, scores: &Array, shared: Option<&(Array, Array)>) -> Result<Array> {
+    let dtype = y.dtype();
+    let mut y = y
+        .multiply(scores.expand_dims(-1)?)?
+        .sum_axis(-2, false)?
+        .as_dtype(dtype)?;
+    if let Some((gate, out)) = shared {
+        y = y.add(ops::sigmoid(gate)?.multiply(out)?)?;
+    }
+    Ok(y)
 }
 
 /// The routed experts: three stacked projections run as a SwiGLU.
