@@ -62,15 +62,16 @@ kernels = [
      "const {T}* proj, const {T}* conv, const {T}* taps, const {T}* dt_bias, const float* neg_a, "
      "const float* ssm, const {T}* nw, const int32_t* dims, {T}* y_out, {T}* conv_out, float* ssm_out",
      [f"constexpr int HK = {hk}; constexpr int HV = {hv}; constexpr int DK = {dk}; constexpr int DV = {dv}; "
-      f"constexpr int KS = {ks}; constexpr int W = {2*hk*dk + 2*hv*dv + 2*hv}; constexpr int NT = {-(-max(dk, dv) // 32) * 32};"
-      for hk, hv, dk, dv, ks in ((16, 32, 128, 128, 4), (2, 6, 72, 40, 3))]),
+      f"constexpr int KS = {ks}; constexpr int W = {2*hk*dk + 2*hv*dv + 2*hv}; constexpr int NT = {-(-max(dk, dv) // 32) * 32 * p}; "
+      f"constexpr int P = {p};"
+      for hk, hv, dk, dv, ks, p in ((16, 32, 128, 128, 4, 4), (2, 6, 72, 40, 3, 4), (1, 2, 127, 128, 4, 1))]),
     # MoE router (Qwen3.5: 256 experts, top 8; Qwen3-30B: 128; a small and the largest) and combine
     ("hearth_moe_route", const("cuda_moe.rs", "ROUTE_SOURCE"), const("cuda_moe.rs", "ROUTE_HEADER"),
      "const {T}* logits, uint32_t* inds, {T}* scores",
      [f"constexpr int E = {e}; constexpr int K = {k}; constexpr int NT = 256; constexpr int NORM = {n};"
       for e, k in ((256, 8), (128, 8), (16, 4), (2048, 32)) for n in (0, 1)]),
     ("hearth_moe_combine", const("cuda_moe.rs", "COMBINE_SOURCE"), "",
-     "const {T}* y, const {T}* scores, const {T}* shared, const {T}* sgate, const int32_t* dims, {T}* out",
+     "const {T}* y, const {T}* scores, const {T}* shared, const {T}* sgate, {T}* out",
      [f"constexpr int K = {k}; constexpr int H = {h}; constexpr int SHARED = {s};"
       for k, h in ((8, 2048), (8, 4096)) for s in (0, 1)]),
 ]

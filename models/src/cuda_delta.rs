@@ -12,7 +12,7 @@
 //! Qwen3.5 model has three DeltaNet layers in every four.
 //!
 //! One block per (row, value head), one thread per value channel (and per
-//! key channel of the head's key head):
+//! key channel of the head's key head) and part of the state's rows:
 //! 1. the convolution over the carried inputs and the new one, SiLU, and
 //!    the carried inputs shifted by one (written by the block of each
 //!    channel: the first value head of a key head writes its q/k channels);
@@ -20,8 +20,10 @@
 //!    `Dk^-1` and `Dk^-1/2`), kept in shared memory;
 //! 3. the gates `beta = sigmoid(b)` and `g = exp(softplus(a + dt_bias) ·
 //!    -exp(A_log))`;
-//! 4. the delta rule on the state column of the thread's value channel:
-//!    `S = g·S; S += k (beta (v - Sᵀk))ᵀ; y = Sᵀq`, f32;
+//! 4. the delta rule on the state column of each value channel, split over
+//!    up to 4 threads that each hold a quarter of its rows in registers
+//!    (the state is read once): `S = g·S; S += k (beta (v - Sᵀk))ᵀ;
+//!    y = Sᵀq`, f32;
 //! 5. `y` to the element type, RMSNorm with the layer's weight, times
 //!    `silu(z)`.
 //!
@@ -43,8 +45,12 @@ use crate::error::{ModelError, Result};
 
 static ON: AtomicBool = AtomicBool::new(false);
 
-/// Widest head (key or value channels) taken: one thread per channel.
-pub const MAX_HEAD_DIM: i32 = 512;
+/// Most threads a block: 512 leaves each up to 128 registers.
+const MAX_THREADS: i32 = 512;
+
+/// Widest head (key or value channels) taken: one thread per channel and
+/// state part, whose state values (up to 128) stay in registers.
+pub const MAX_HEAD_DIM: i32 = 128;
 
 /// Device functions: the sum of two values over the block.
 const HEADER: &str = r#"
@@ -82,6 +88,8 @@ const SOURCE: &str = r#"
     constexpr int OZ = C;
     constexpr int OB = C + HV * DV;
     constexpr int OA = OB + HV;
+    constexpr int CW = NT / P;
+    constexpr int DKP = DK / P;
     const float norm_eps = __int_as_float(dims[0]);
     const float qk_eps = __int_as_float(dims[1]);
     const float q_scale = __int_as_float(dims[2]);
@@ -98,6 +106,8 @@ const SOURCE: &str = r#"
     __shared__ float q_s[DK];
     __shared__ float k_s[DK];
     __shared__ float2 red[NT / 32];
+    __shared__ float v_s[DV];
+    __shared__ float part[P][CW];
 
     // Convolution + SiLU of channel c; `write`: shift its carried inputs.
     auto conv_silu = [&](int c, bool write) -> float {
@@ -127,6 +137,7 @@ const SOURCE: &str = r#"
     }
     if (t < DV) {
         vv = conv_silu(2 * HK * DK + h * DV + t, true);
+        v_s[t] = vv;
     }
     const float2 sums = hearth_block_sum2<NT>(qv * qv, kv * kv, red);
     const float qinv = rsqrtf(sums.x / DK + qk_eps);
@@ -141,21 +152,45 @@ const SOURCE: &str = r#"
     const float g = expf(softplus * neg_a[h]);
     __syncthreads();
 
-    float y = 0.0f;
-    if (t < DV) {
-        const float* s_in = ssm + (size_t)bh * DK * DV + t;
-        float* s_out = ssm_out + (size_t)bh * DK * DV + t;
-        float remembered = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < DK; ++i) {
-            remembered += s_in[i * DV] * g * k_s[i];
+    // The delta rule: thread (p, j) holds rows p·DKP.. of state column j
+    // in registers; the column's two sums are reduced over the P parts.
+    const int j = t % CW;
+    const int p = t / CW;
+    const size_t at = (size_t)bh * DK * DV + (size_t)p * DKP * DV + j;
+    float s_reg[DKP];
+    float part_sum = 0.0f;
+    if (j < DV) {
+#pragma unroll
+        for (int i = 0; i < DKP; ++i) {
+            s_reg[i] = ssm[at + (size_t)i * DV] * g;
+            part_sum += s_reg[i] * k_s[p * DKP + i];
         }
-        const float delta = (vv - remembered) * beta;
-#pragma unroll 8
-        for (int i = 0; i < DK; ++i) {
-            const float s = s_in[i * DV] * g + k_s[i] * delta;
-            s_out[i * DV] = s;
-            y += s * q_s[i];
+    }
+    part[p][j] = part_sum;
+    __syncthreads();
+    float remembered = 0.0f;
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+        remembered += part[q][j];
+    }
+    __syncthreads();
+    part_sum = 0.0f;
+    if (j < DV) {
+        const float delta = (v_s[j] - remembered) * beta;
+#pragma unroll
+        for (int i = 0; i < DKP; ++i) {
+            const float s = s_reg[i] + k_s[p * DKP + i] * delta;
+            ssm_out[at + (size_t)i * DV] = s;
+            part_sum += s * q_s[p * DKP + i];
+        }
+    }
+    part[p][j] = part_sum;
+    __syncthreads();
+    float y = 0.0f;
+    if (p == 0) {
+#pragma unroll
+        for (int q = 0; q < P; ++q) {
+            y += part[q][j];
         }
     }
     const float yt = static_cast<float>(T(y));
@@ -196,10 +231,16 @@ impl DeltaShape {
         self.conv_dim() + self.value_heads * self.value_dim + 2 * self.value_heads
     }
 
-    /// Threads per block: one per key or value channel, a multiple of the
-    /// warp.
-    fn threads(&self) -> i32 {
-        (self.key_dim.max(self.value_dim) + 31) / 32 * 32
+    /// Threads per column part (one per key or value channel, a multiple of
+    /// the warp) and parts per state column (4, 2 or 1: they split the key
+    /// rows evenly, at most [`MAX_THREADS`] a block).
+    fn layout(&self) -> (i32, i32) {
+        let width = (self.key_dim.max(self.value_dim) + 31) / 32 * 32;
+        let parts = [4, 2, 1]
+            .into_iter()
+            .find(|&p| self.key_dim % p == 0 && width * p <= MAX_THREADS)
+            .unwrap_or(1);
+        (width, parts)
     }
 
     fn takes(&self) -> bool {
@@ -310,7 +351,8 @@ pub fn step(
 fn apply(layer: &DeltaLayer, proj: &Array, conv: &Array, ssm: &Array) -> Result<Step> {
     let s = layer.shape;
     let rows = proj.dim(0);
-    let nt = s.threads();
+    let (width, parts) = s.layout();
+    let nt = width * parts;
     let dims = int_array(&[
         layer.norm_eps.to_bits() as i32,
         layer.qk_eps.to_bits() as i32,
@@ -331,6 +373,7 @@ fn apply(layer: &DeltaLayer, proj: &Array, conv: &Array, ssm: &Array) -> Result<
         ("KS", TemplateArg::Int(s.kernel)),
         ("W", TemplateArg::Int(s.proj_width())),
         ("NT", TemplateArg::Int(nt)),
+        ("P", TemplateArg::Int(parts)),
     ];
     let out_shape = [rows, 1, s.value_heads * s.value_dim];
     let out = KERNEL.with(|k| {
@@ -412,13 +455,37 @@ mod tests {
         assert!(s.takes());
         assert_eq!(s.conv_dim(), 8192);
         assert_eq!(s.proj_width(), 8192 + 4096 + 64);
-        assert_eq!(s.threads(), 128);
+        assert_eq!(s.layout(), (128, 4));
         let odd = DeltaShape {
             key_dim: 100,
             value_dim: 72,
             ..s
         };
-        assert_eq!(odd.threads(), 128);
+        assert_eq!(odd.layout(), (128, 4));
+        let wide = DeltaShape {
+            key_dim: 256,
+            value_dim: 130,
+            ..s
+        };
+        assert!(!wide.takes());
+        // Every layout covers the channels, splits the rows evenly and fits
+        // a block; key widths that are multiples of 4 get four parts (at
+        // most 32 state values a thread).
+        for dk in 1..=MAX_HEAD_DIM {
+            for dv in [1, 64, 128, MAX_HEAD_DIM] {
+                let (w, p) = DeltaShape {
+                    key_dim: dk,
+                    value_dim: dv,
+                    ..s
+                }
+                .layout();
+                assert!(w >= dk.max(dv) && w % 32 == 0, "{dk} {dv}");
+                assert!(dk % p == 0 && w * p <= MAX_THREADS, "{dk} {dv}: {p}");
+                if dk % 4 == 0 {
+                    assert_eq!(p, 4, "{dk} {dv}");
+                }
+            }
+        }
         assert!(!DeltaShape {
             value_heads: 24,
             key_heads: 16,

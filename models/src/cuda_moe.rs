@@ -15,7 +15,7 @@
 //!   their sum when the model renormalises. Experts come out best first
 //!   (MLX's `argpartition` leaves them in no order; the sum over them does
 //!   not care).
-//! - [`combine`]: one thread per output element, `Σ_k y·score` rounded as
+//! - [`combine`]: one thread per output element (a block row per token), `Σ_k y·score` rounded as
 //!   MLX's multiply and sum round, plus `sigmoid(gate)·shared` when the
 //!   block has a shared expert.
 //!
@@ -27,9 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::cuda_kernel::{
-    int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
-};
+use crate::cuda_kernel::{relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg};
 use crate::error::{ModelError, Result};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -39,6 +37,9 @@ pub const MAX_EXPERTS: i32 = 2048;
 
 /// Threads per block of the router kernel.
 const ROUTE_THREADS: i32 = 256;
+
+/// Most token rows of the combining kernel: its grid's y is the row.
+const MAX_ROWS: usize = 65_535;
 
 /// Threads per block of the combining kernel.
 const COMBINE_THREADS: i32 = 256;
@@ -175,14 +176,15 @@ const ROUTE_SOURCE: &str = r#"
 "#;
 
 /// `y`: `[N, K, H]` the experts' outputs, `scores`: `[N, K]`, `shared`:
-/// `[N, H]` and `sgate`: `[N]` (read when `SHARED`); `dims` = [N·H].
+/// `[N, H]` and `sgate`: `[N]` (read when `SHARED`). The grid's y is the
+/// row.
 const COMBINE_SOURCE: &str = r#"
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= dims[0]) {
+    const int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= H) {
         return;
     }
-    const int n = idx / H;
-    const int h = idx - n * H;
+    const int n = blockIdx.y;
+    const size_t idx = (size_t)n * H + h;
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -212,7 +214,7 @@ thread_local! {
     );
     static COMBINE: CudaKernel = CudaKernel::new(
         "hearth_moe_combine",
-        &["y", "scores", "shared", "sgate", "dims"],
+        &["y", "scores", "shared", "sgate"],
         &["out"],
         COMBINE_SOURCE,
         "",
@@ -374,7 +376,8 @@ pub fn combine(
                 || g.dtype() != dtype
                 || o.dtype() != dtype
         })
-        || y.size() > i32::MAX as usize
+        || y.size() == 0
+        || y.size() / (k as usize * h as usize) > MAX_ROWS
     {
         return Ok(None);
     }
@@ -394,8 +397,7 @@ fn apply_combine(y: &Array, scores: &Array, shared: Option<&(Array, Array)>) -> 
     let (k, h) = (y.dim(-2), y.dim(-1));
     let mut out_shape = y.shape()[..y.ndim() - 2].to_vec();
     out_shape.push(h);
-    let total = (y.size() / k as usize) as i32;
-    let dims = int_array(&[total]);
+    let rows = (y.size() / (k as usize * h as usize)) as i32;
     // Without a shared expert its inputs are never read: pass `y`.
     let (gate, out) = match shared {
         Some((g, o)) => (g, o),
@@ -407,14 +409,14 @@ fn apply_combine(y: &Array, scores: &Array, shared: Option<&(Array, Array)>) -> 
         ("H", TemplateArg::Int(h)),
         ("SHARED", TemplateArg::Int(shared.is_some() as i32)),
     ];
-    let blocks = (total + COMBINE_THREADS - 1) / COMBINE_THREADS;
+    let blocks = (h + COMBINE_THREADS - 1) / COMBINE_THREADS;
     let launch = LaunchDims {
-        grid: (blocks * COMBINE_THREADS, 1, 1),
+        grid: (blocks * COMBINE_THREADS, rows, 1),
         block: (COMBINE_THREADS, 1, 1),
     };
     let mut res = COMBINE.with(|kernel| {
         kernel.apply(
-            &[y, scores, out, gate, &dims],
+            &[y, scores, out, gate],
             &[(&out_shape, y.dtype())],
             launch,
             &template,
