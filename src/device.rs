@@ -265,12 +265,16 @@ pub const DEFAULT_CUDA_NORM: &str = "on";
 /// Whether a DeltaNet layer's decoding token runs as one kernel unless
 /// `HEARTH_CUDA_DELTA` says: yes. It replaces about twenty of MLX's ops per
 /// layer and step (models/src/cuda_delta.rs); a decode step of the hybrid
-/// MoE is bound by MLX's host time per op (docs/cuda.md).
+/// MoE is bound by MLX's host time per op (docs/cuda.md). With the MoE
+/// kernels below it took the H200's one-row MoE step from 5.93 to 3.15 ms
+/// in process and one stream from 210 to 356-449 tok/s
+/// (bench/results/h200-2026-12-02-s13.md).
 pub const DEFAULT_CUDA_DELTA: &str = "on";
 
 /// Whether a sparse MoE block's router and weighted sum run as one kernel
 /// each unless `HEARTH_CUDA_MOE` says: yes. They replace about ten of MLX's
-/// ops per block and step (models/src/cuda_moe.rs).
+/// ops per block and step (models/src/cuda_moe.rs); measured together with
+/// the delta step above, not on their own.
 pub const DEFAULT_CUDA_MOE: &str = "on";
 
 /// `on` / `off` settings (surrounding blanks ignored); `None` for anything else.

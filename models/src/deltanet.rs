@@ -146,12 +146,12 @@ impl GatedDeltaNet {
         let init = self.zero_state(x.dtype())?;
         let state = broadcast_rows(cache.recurrent_state(&init)?, b)?;
         let parts = match self.one_token_kernel(x, &state, l, padding.is_some())? {
-            Ok([out, conv, ssm]) => {
+            OneToken::Kernel([out, conv, ssm]) => {
                 cache.set_recurrent_state(RecurrentState { conv, ssm }, 1)?;
                 return self.out_proj.forward(&out);
             }
-            Err(Some(parts)) => parts,
-            Err(None) => self.in_proj.forward(x)?,
+            OneToken::Projected(parts) => parts,
+            OneToken::NotTaken => self.in_proj.forward(x)?,
         };
         let (out, new) = self.mix(&parts, &state, padding.as_ref())?;
         cache.set_recurrent_state(new, l as usize)?;
@@ -159,21 +159,19 @@ impl GatedDeltaNet {
     }
 
     /// A decoding token's projection-to-gated-norm as one CUDA kernel
-    /// ([`crate::cuda_delta`]) when it is in force: `Ok` with the kernel's
-    /// `[out, conv, ssm]`; otherwise `Err` with the projections' outputs if
-    /// they were already made.
+    /// ([`crate::cuda_delta`]) when it is in force.
     fn one_token_kernel(
         &self,
         x: &Array,
         state: &RecurrentState,
         l: i32,
         padded: bool,
-    ) -> Result<std::result::Result<crate::cuda_delta::Step, Option<Vec<Array>>>> {
+    ) -> Result<OneToken> {
         if l != 1 || padded || !crate::cuda_delta::enabled() {
-            return Ok(Err(None));
+            return Ok(OneToken::NotTaken);
         }
         let Some(proj) = self.in_proj.joined_forward(x)? else {
-            return Ok(Err(None));
+            return Ok(OneToken::NotTaken);
         };
         let split = |proj: &Array| {
             self.in_proj
@@ -206,10 +204,12 @@ impl GatedDeltaNet {
             q_scale: inv * inv,
             k_scale: inv,
         };
-        match crate::cuda_delta::step(&layer, &proj, &state.conv, &state.ssm, reference)? {
-            Some(step) => Ok(Ok(step)),
-            None => Ok(Err(Some(split(&proj)?))),
-        }
+        Ok(
+            match crate::cuda_delta::step(&layer, &proj, &state.conv, &state.ssm, reference)? {
+                Some(step) => OneToken::Kernel(step),
+                None => OneToken::Projected(split(&proj)?),
+            },
+        )
     }
 
     /// The projections' outputs `[qkv, z, b, a]` (each `[B, L, _]`) and the
@@ -349,6 +349,16 @@ impl GatedDeltaNet {
             + self.dt_bias.nbytes()
             + self.norm_weight.nbytes()
     }
+}
+
+/// What [`GatedDeltaNet::one_token_kernel`] did.
+enum OneToken {
+    /// The kernel ran: `[out, conv, ssm]`.
+    Kernel(crate::cuda_delta::Step),
+    /// It did not, after making the projections (their outputs).
+    Projected(Vec<Array>),
+    /// It does not take this call.
+    NotTaken,
 }
 
 /// A fresh state has one row; a batch of `rows` sequences needs one each.
