@@ -282,7 +282,7 @@ thread_local! {
 pub fn usable(head_dim: i32, dtype: Dtype) -> bool {
     if STATE.load(Ordering::Relaxed) == 0
         || !HEAD_DIMS.contains(&head_dim)
-        || !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+        || !crate::cuda_kernel::half_precision(dtype)
     {
         return false;
     }

@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{
-    int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
+    half_precision, int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims,
+    TemplateArg,
 };
 use crate::error::{ModelError, Result};
 
@@ -269,12 +270,12 @@ pub struct DeltaLayer<'a> {
     pub k_scale: f32,
 }
 
-/// The state a step reads and writes: carried convolution inputs `[B,
-/// kernel - 1, conv_dim]` (element type) and the recurrent state `[B, Hv,
-/// Dk, Dv]` (f32).
+/// What a step makes: the gated norm's output `[B, 1, Hv·Dv]`, then the
+/// state it leaves: carried convolution inputs `[B, kernel - 1, conv_dim]`
+/// (element type) and the recurrent state `[B, Hv, Dk, Dv]` (f32).
 pub type Step = [Array; 3];
 
-type CheckKey = (i32, i32, i32, i32, i32, Dtype);
+type CheckKey = (DeltaShape, Dtype);
 
 thread_local! {
     static KERNEL: CudaKernel =
@@ -316,7 +317,7 @@ pub fn step(
     let rows = proj.dim(0);
     if !enabled()
         || !s.takes()
-        || !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+        || !half_precision(dtype)
         || proj.shape() != [rows, 1, s.proj_width()]
         || conv.shape() != [rows, s.kernel - 1, s.conv_dim()]
         || ssm.shape() != [rows, s.value_heads, s.key_dim, s.value_dim]
@@ -333,15 +334,8 @@ pub fn step(
     {
         return Ok(None);
     }
-    let key = (
-        s.key_heads,
-        s.value_heads,
-        s.key_dim,
-        s.value_dim,
-        s.kernel,
-        dtype,
-    );
-    let ok = CHECKED.with(|c| c.get_or_check(key, "delta step", || check(layer, dtype, reference)));
+    let ok = CHECKED
+        .with(|c| c.get_or_check((s, dtype), "delta step", || check(layer, dtype, reference)));
     if !ok {
         return Ok(None);
     }

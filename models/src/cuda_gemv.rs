@@ -110,7 +110,7 @@ impl Route {
         let bytes = n as usize * k as usize * 2;
         (self.min_rows..=self.max_rows).contains(&rows)
             && self.kernel.takes(rows, k)
-            && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+            && crate::cuda_kernel::half_precision(dtype)
             && self.max_weight_mb.is_none_or(|mb| bytes <= mb << 20)
     }
 }

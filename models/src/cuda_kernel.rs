@@ -232,6 +232,11 @@ pub(crate) fn int_array(values: &[i32]) -> Array {
     })
 }
 
+/// Whether `dtype` is one the kernels compute in: bf16 or f16.
+pub(crate) fn half_precision(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+}
+
 /// The largest relative error against MLX's own ops a kernel's self-check
 /// accepts (bf16 and f16 results).
 const SELF_CHECK_MAX_ERROR: f32 = 2e-2;

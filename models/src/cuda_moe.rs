@@ -27,7 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::cuda_kernel::{relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg};
+use crate::cuda_kernel::{
+    half_precision, relative_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
+};
 use crate::error::{ModelError, Result};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -201,8 +203,9 @@ const COMBINE_SOURCE: &str = r#"
     out[idx] = r;
 "#;
 
-type RouteKey = (i32, i32, bool, Dtype);
-type CombineKey = (i32, i32, bool, Dtype);
+/// What one check covers: experts and k (router) or k and hidden size
+/// (combine), renormalised / with a shared expert, element type.
+type CheckKey = (i32, i32, bool, Dtype);
 
 thread_local! {
     static ROUTE: CudaKernel = CudaKernel::new(
@@ -219,8 +222,8 @@ thread_local! {
         COMBINE_SOURCE,
         "",
     );
-    static ROUTE_CHECKED: Checked<RouteKey> = const { Checked::new() };
-    static COMBINE_CHECKED: Checked<CombineKey> = const { Checked::new() };
+    static ROUTE_CHECKED: Checked<CheckKey> = const { Checked::new() };
+    static COMBINE_CHECKED: Checked<CheckKey> = const { Checked::new() };
 }
 
 /// Puts the kernels in force (each shape and type is checked at first
@@ -232,10 +235,6 @@ pub fn enable() {
 /// Turns the kernels off: MLX's ops.
 pub fn disable() {
     ON.store(false, Ordering::Relaxed);
-}
-
-fn float_type(dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
 }
 
 /// The kept experts `[.., k]` (uint32) and their scores `[.., k]`.
@@ -254,7 +253,7 @@ pub fn route(
     let e = logits.dim(-1);
     let dtype = logits.dtype();
     if !ON.load(Ordering::Relaxed)
-        || !float_type(dtype)
+        || !half_precision(dtype)
         || !(1..=MAX_EXPERTS).contains(&e)
         || !(1..=e.min(32)).contains(&k)
     {
@@ -357,7 +356,7 @@ pub fn combine(
     reference: impl FnOnce(&Array, &Array, Option<&(Array, Array)>) -> Result<Array>,
 ) -> Result<Option<Array>> {
     let dtype = y.dtype();
-    if !ON.load(Ordering::Relaxed) || !float_type(dtype) || y.ndim() < 2 {
+    if !ON.load(Ordering::Relaxed) || !half_precision(dtype) || y.ndim() < 2 {
         return Ok(None);
     }
     let (k, h) = (y.dim(-2), y.dim(-1));

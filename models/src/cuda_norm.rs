@@ -135,7 +135,7 @@ fn takes(hidden: i32, dtype: Dtype) -> bool {
     hidden > 0
         && hidden % 8 == 0
         && hidden <= MAX_HIDDEN
-        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+        && crate::cuda_kernel::half_precision(dtype)
 }
 
 /// Threads per block for a hidden size: one per 8-element vector, a

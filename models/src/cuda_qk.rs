@@ -147,7 +147,7 @@ pub fn usable(head_dim: i32, rope_dims: i32, dtype: Dtype, norm: bool) -> bool {
         || rope_dims <= 0
         || rope_dims > head_dim
         || rope_dims % 2 != 0
-        || !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+        || !crate::cuda_kernel::half_precision(dtype)
     {
         return false;
     }
