@@ -82,7 +82,21 @@ enum DevCommand {
     },
     /// On a CUDA device: check the small-batch GEMV kernels against MLX's
     /// matmul and time them for 1..=16 rows (docs/cuda.md).
-    GemvBench,
+    GemvBench {
+        /// Row counts to time.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3, 4, 6, 8, 12, 16])]
+        rows: Vec<usize>,
+        /// Weight shapes `NxK` to time (default: Qwen3-8B's and Qwen3.5-MoE's).
+        #[arg(long, value_delimiter = ',')]
+        shapes: Vec<String>,
+        /// Products per timing.
+        #[arg(long, default_value_t = 100)]
+        reps: usize,
+        /// Skip the self-checks (e.g. under Nsight Compute, which then
+        /// profiles only the timed launches).
+        #[arg(long)]
+        no_check: bool,
+    },
     /// On a CUDA device: check the one-token attention kernel for rows of
     /// different lengths against MLX's masked SDPA and time both.
     AttnBench,
@@ -226,7 +240,12 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Dev(DevCommand::GemvBench) => gemv_bench(),
+        Command::Dev(DevCommand::GemvBench {
+            rows,
+            shapes,
+            reps,
+            no_check,
+        }) => gemv_bench(&rows, &shapes, reps, no_check),
         Command::Dev(DevCommand::AttnBench) => attn_bench(),
         Command::Dev(DevCommand::DecodeBench(opts)) => hearth::tools::decode_bench::run(&opts),
         Command::Dev(DevCommand::PrefillBench(opts)) => hearth::tools::prefill_bench::run(&opts),
@@ -285,22 +304,25 @@ fn attn_bench() -> Result<()> {
     Ok(())
 }
 
-fn gemv_bench() -> Result<()> {
+fn gemv_bench(rows: &[usize], shapes: &[String], reps: usize, no_check: bool) -> Result<()> {
     use hearth_models::cuda_gemv::{self, Kernel};
     need_cuda("gemv-bench")?;
-    let kernels = [Kernel::Warp, Kernel::Mma];
-    for kernel in kernels {
-        match cuda_gemv::enable(vec![cuda_gemv::Route::all(kernel)]) {
-            Ok(err) => {
-                println!("{kernel:?} kernel: self-check passed, max relative error {err:.2e}")
+    let kernels = Kernel::ALL;
+    if !no_check {
+        for kernel in kernels {
+            match cuda_gemv::enable(vec![cuda_gemv::Route::all(kernel)]) {
+                Ok(err) => println!(
+                    "{} kernel: self-check passed, max relative error {err:.2e}",
+                    kernel.name()
+                ),
+                Err(e) => println!("{} kernel: {e}", kernel.name()),
             }
-            Err(e) => println!("{kernel:?} kernel: {e}"),
         }
+        cuda_gemv::disable();
     }
-    cuda_gemv::disable();
     // Qwen3-8B's products (q/k/v and gate/up joined), then the Qwen3.5-MoE's
     // attention, DeltaNet and shared-expert shapes (hidden 2048).
-    let shapes = [
+    let default_shapes = [
         (6144, 4096),
         (4096, 4096),
         (24576, 4096),
@@ -310,19 +332,39 @@ fn gemv_bench() -> Result<()> {
         (2048, 4096),
         (1024, 2048),
     ];
-    println!("| rows | weight [N, K] | MLX µs | warp µs | mma µs | mma GB/s | mma vs MLX |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
-    for (n, k) in shapes {
-        for rows in [1, 2, 3, 4, 6, 8, 12, 16] {
-            let t = cuda_gemv::time(rows, n, k, 100, &kernels)?;
-            let cell = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
-            let (mlx, mma) = (t[0].unwrap_or(f64::NAN), t[2].unwrap_or(f64::NAN));
-            let gbps = (n as f64 * k as f64 * 2.0) / (mma * 1e3);
+    let shapes: Vec<(i32, i32)> = if shapes.is_empty() {
+        default_shapes.to_vec()
+    } else {
+        shapes
+            .iter()
+            .map(|s| {
+                let (n, k) = s.split_once('x').context("shape: want NxK")?;
+                Ok((n.trim().parse()?, k.trim().parse()?))
+            })
+            .collect::<Result<_>>()?
+    };
+    let names: Vec<String> = kernels.iter().map(|k| format!("{} µs", k.name())).collect();
+    println!(
+        "| rows | weight [N, K] | MLX µs | {} | best | best GB/s | best vs MLX |",
+        names.join(" | ")
+    );
+    println!("|---:|---|---:|{}---|---:|---:|", "---:|".repeat(kernels.len()));
+    for &(n, k) in &shapes {
+        for &r in rows {
+            let t = cuda_gemv::time(r, n, k, reps, &kernels)?;
+            let cell = |v: &Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+            let mlx = t[0].unwrap_or(f64::NAN);
+            let (best, us) = kernels
+                .iter()
+                .zip(&t[1..])
+                .filter_map(|(k, v)| v.map(|v| (k.name(), v)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or(("–", f64::NAN));
+            let gbps = (n as f64 * k as f64 * 2.0) / (us * 1e3);
             println!(
-                "| {rows} | [{n}, {k}] | {mlx:.1} | {} | {} | {gbps:.0} | {:.2}x |",
-                cell(t[1]),
-                cell(t[2]),
-                mlx / mma
+                "| {r} | [{n}, {k}] | {mlx:.1} | {} | {best} | {gbps:.0} | {:.2}x |",
+                t[1..].iter().map(cell).collect::<Vec<_>>().join(" | "),
+                mlx / us
             );
         }
     }

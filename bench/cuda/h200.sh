@@ -132,6 +132,20 @@ EOF
   # Hearth's small-batch GEMV kernel against MLX's matmul (self-check + timings).
   [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true; }
   stamp "gemv bench done"
+  # Nsight Compute on the GEMV kernels and MLX's matmul: DRAM and L2 bytes,
+  # cache hit rates, occupancy (H200_NCU_GEMV: gemv-bench's arguments, e.g.
+  # "--shapes 24576x4096 --rows 4,16"; the self-checks are skipped).
+  if [[ -n ${H200_NCU_GEMV:-} ]]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+    # shellcheck disable=SC2086  # H200_NCU_GEMV is a word list
+    timeout "${H200_NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
+      --metrics "${H200_NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,lts__t_bytes.sum,l1tex__t_sector_hit_rate.pct,lts__t_sector_hit_rate.pct,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,launch__grid_size}" \
+      --csv --log-file /tmp/ncu-gemv.csv $H dev gemv-bench --no-check --reps 3 $H200_NCU_GEMV \
+      > /dev/null 2>&1 || echo "ncu gemv: exit $?"
+    python3 bench/cuda/ncu_gemv.py /tmp/ncu-gemv.csv 2>&1 | tee "$OUT/ncu-gemv.md" || true
+    mkdir -p /tmp/raw; xz -c /tmp/ncu-gemv.csv > /tmp/raw/ncu-gemv.csv.xz || true
+    stamp "ncu gemv done"
+  fi
   # In-process timings (one file: at most 8 come back): the one-token
   # attention kernel against MLX's SDPA, then per model the decode step by
   # row count without the server (H200_DECODE_BENCH="name:ENV=V;..." variants).

@@ -138,19 +138,28 @@ pub enum Kernel {
     /// Tensor cores (`mma.sync.m16n8k16`): a block of 8 warps per 16 output
     /// columns, the reduction dimension split among the warps.
     Mma,
+    /// The same MMAs for 32 output columns per block: each warp computes two
+    /// 16-column tiles from one load of its activations.
+    Mma32,
+    /// As [`Kernel::Mma32`] with four tiles: 64 columns per block.
+    Mma64,
 }
 
 impl Kernel {
+    pub const ALL: [Kernel; 4] = [Kernel::Warp, Kernel::Mma, Kernel::Mma32, Kernel::Mma64];
+
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Warp => "warp",
             Kernel::Mma => "mma",
+            Kernel::Mma32 => "mma32",
+            Kernel::Mma64 => "mma64",
         }
     }
 
     /// `warp` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
-        [Kernel::Warp, Kernel::Mma]
+        Kernel::ALL
             .into_iter()
             .find(|k| k.name() == s)
     }
@@ -158,7 +167,7 @@ impl Kernel {
     pub fn max_rows(self) -> usize {
         match self {
             Kernel::Warp => WARP_KERNEL_MAX_ROWS,
-            Kernel::Mma => MAX_ROWS,
+            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MAX_ROWS,
         }
     }
 
@@ -167,7 +176,7 @@ impl Kernel {
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
             Kernel::Warp => 8,
-            Kernel::Mma => 32,
+            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
     }
@@ -176,7 +185,16 @@ impl Kernel {
     fn cols_per_block(self) -> i32 {
         match self {
             Kernel::Warp => WARPS,
-            Kernel::Mma => MMA_COLS,
+            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MMA_COLS * self.tiles(),
+        }
+    }
+
+    /// 16-column tiles per block of the tensor-core kernels (1 otherwise).
+    fn tiles(self) -> i32 {
+        match self {
+            Kernel::Warp | Kernel::Mma => 1,
+            Kernel::Mma32 => 2,
+            Kernel::Mma64 => 4,
         }
     }
 }
@@ -199,6 +217,146 @@ template <typename T> struct HearthMma;
 HEARTH_MMA(__nv_bfloat16, "bf16")
 HEARTH_MMA(__half, "f16")
 #undef HEARTH_MMA
+// 16 bytes of a weight row, read once: through the non-coherent path and
+// not kept in L1, which then holds the activations that every block reads.
+static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+"#;
+
+/// `y = x W^T` on tensor cores, as [`MMA_SOURCE`] but for `TC` tiles of 16
+/// output columns per block: each warp loads its 16 bytes of the
+/// activations once per step of K and feeds them to the MMAs of all `TC`
+/// tiles. Every block reads all of `x` (from L2, or L1 when a block on the
+/// same SM read it just before); with 16 columns a block that is as many
+/// bytes as it reads of weights at 16 rows, with 64 a quarter. The weights
+/// stream past L1 (`hearth_ld_stream`); `TC` tiles give every warp `TC`
+/// independent MMA chains and 2 `TC` loads in flight per step (two steps
+/// unrolled at up to 8 rows).
+const WIDE_SOURCE: &str = r#"
+    constexpr int NT = (ROWS + 7) / 8;
+    // NW (warps per block) and TC (tiles per block) come from the launch.
+    constexpr int U = NT == 1 ? 2 : 1;
+    const int N = dims[0];
+    const int K = dims[1];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    const int col0 = blockIdx.x * 16 * TC;
+    const uint4* w0[TC];
+    const uint4* w1[TC];
+#pragma unroll
+    for (int j = 0; j < TC; ++j) {
+        const int r0 = min(col0 + j * 16 + g, N - 1);
+        const int r1 = min(col0 + j * 16 + g + 8, N - 1);
+        w0[j] = reinterpret_cast<const uint4*>(w + (size_t)r0 * K) + c;
+        w1[j] = reinterpret_cast<const uint4*>(w + (size_t)r1 * K) + c;
+    }
+    const uint4* xp[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const int xr = t * 8 + g;
+        xok[t] = xr < ROWS;
+        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
+    }
+    float acc[TC][NT][4];
+#pragma unroll
+    for (int j = 0; j < TC; ++j) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[j][t][i] = 0.0f;
+            }
+        }
+    }
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    const int steps = K / 32;
+    int s0 = warp;
+    for (; s0 + (U - 1) * NW < steps; s0 += NW * U) {
+        uint4 a0[U][TC], a1[U][TC], b[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + u * NW;
+#pragma unroll
+            for (int j = 0; j < TC; ++j) {
+                a0[u][j] = hearth_ld_stream(w0[j] + s * 4);
+                a1[u][j] = hearth_ld_stream(w1[j] + s * 4);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                b[u][t] = __ldg(xp[t] + s * 4);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const uint4 bt = xok[t] ? b[u][t] : zero;
+#pragma unroll
+                for (int j = 0; j < TC; ++j) {
+                    HearthMma<T>::run(acc[j][t], a0[u][j].x, a1[u][j].x, a0[u][j].y,
+                                      a1[u][j].y, bt.x, bt.y);
+                    HearthMma<T>::run(acc[j][t], a0[u][j].z, a1[u][j].z, a0[u][j].w,
+                                      a1[u][j].w, bt.z, bt.w);
+                }
+            }
+        }
+    }
+    for (; s0 < steps; s0 += NW) {
+        uint4 a0[TC], a1[TC];
+#pragma unroll
+        for (int j = 0; j < TC; ++j) {
+            a0[j] = hearth_ld_stream(w0[j] + s0 * 4);
+            a1[j] = hearth_ld_stream(w1[j] + s0 * 4);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const uint4 bt = xok[t] ? __ldg(xp[t] + s0 * 4) : zero;
+#pragma unroll
+            for (int j = 0; j < TC; ++j) {
+                HearthMma<T>::run(acc[j][t], a0[j].x, a1[j].x, a0[j].y, a1[j].y, bt.x, bt.y);
+                HearthMma<T>::run(acc[j][t], a0[j].z, a1[j].z, a0[j].w, a1[j].w, bt.z, bt.w);
+            }
+        }
+    }
+    // Partial sums of the NW warps: slot (j, t, i) of lane ln.
+    constexpr int SLOTS = TC * NT * 4;
+    __shared__ float part[NW][SLOTS][32];
+#pragma unroll
+    for (int j = 0; j < TC; ++j) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                part[warp][(j * NT + t) * 4 + i][lane] = acc[j][t][i];
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < SLOTS * 32; e += NW * 32) {
+        const int slot = e >> 5;
+        const int ln = e & 31;
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) {
+            v += part[q][slot][ln];
+        }
+        const int j = slot / (NT * 4);
+        const int t = (slot >> 2) % NT;
+        const int i = slot & 3;
+        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
+        const int col = col0 + j * 16 + (ln >> 2) + ((i & 2) ? 8 : 0);
+        if (m < ROWS && col < N) {
+            y[(size_t)m * N + col] = T(v);
+        }
+    }
 "#;
 
 /// `y = x W^T` on tensor cores for `ROWS <= 16` activation rows. The weight
@@ -399,6 +557,8 @@ thread_local! {
         CudaKernel::new("hearth_gemv", &["x", "w", "dims"], &["y"], SOURCE, "");
     static MMA_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
+    static WIDE_KERNEL: CudaKernel =
+        CudaKernel::new("hearth_gemv_wide", &["x", "w", "dims"], &["y"], WIDE_SOURCE, MMA_HEADER);
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -415,11 +575,14 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
         grid: (blocks * WARPS * 32, 1, 1),
         block: (WARPS * 32, 1, 1),
     };
-    let template = [
+    let mut template = vec![
         ("T", TemplateArg::Dtype(w.dtype())),
         ("ROWS", TemplateArg::Int(rows)),
         ("NW", TemplateArg::Int(WARPS)),
     ];
+    if kind.tiles() > 1 {
+        template.push(("TC", TemplateArg::Int(kind.tiles())));
+    }
     let run = |kernel: &CudaKernel| {
         kernel.apply(
             &[x, w, &dims],
@@ -431,6 +594,7 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     let mut out = match kind {
         Kernel::Warp => WARP_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
+        Kernel::Mma32 | Kernel::Mma64 => WIDE_KERNEL.with(run),
     }?;
     Ok(out.remove(0))
 }
@@ -569,11 +733,22 @@ mod tests {
             }]
         );
         assert!(Route::parse_list("off").unwrap().is_empty());
+        // The wide tensor-core kernels by name, behind a size-limited route.
+        let wide = Route::parse_list("mma:3-16:100,mma64:3-16:2048,mma32:2-2").unwrap();
+        let bf16 = Dtype::Bfloat16;
+        assert_eq!(pick(&wide, 4, 4096, 12288, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&wide, 16, 24576, 4096, bf16), Some(Kernel::Mma64));
+        assert_eq!(pick(&wide, 2, 24576, 4096, bf16), Some(Kernel::Mma32));
+        assert_eq!(pick(&wide, 1, 24576, 4096, bf16), None);
+        assert_eq!(Kernel::Mma64.cols_per_block(), 64);
+        assert_eq!(Kernel::Mma32.cols_per_block(), 32);
         for bad in [
             "warp:0-2",
             "warp:3-2",
             "warp:1-9",
             "mma:1-17",
+            "mma64:1-17",
+            "mma48:1-4",
             "tc:1-2",
             "mma:1-4:x",
             "1",
