@@ -96,6 +96,9 @@ enum DevCommand {
         /// profiles only the timed launches).
         #[arg(long)]
         no_check: bool,
+        /// Kernels to check and time (default: all).
+        #[arg(long, value_delimiter = ',')]
+        kernels: Vec<String>,
     },
     /// On a CUDA device: check the one-token attention kernel for rows of
     /// different lengths against MLX's masked SDPA and time both.
@@ -245,7 +248,8 @@ fn run(cli: Cli) -> Result<()> {
             shapes,
             reps,
             no_check,
-        }) => gemv_bench(&rows, &shapes, reps, no_check),
+            kernels,
+        }) => gemv_bench(&rows, &shapes, reps, no_check, &kernels),
         Command::Dev(DevCommand::AttnBench) => attn_bench(),
         Command::Dev(DevCommand::DecodeBench(opts)) => hearth::tools::decode_bench::run(&opts),
         Command::Dev(DevCommand::PrefillBench(opts)) => hearth::tools::prefill_bench::run(&opts),
@@ -304,12 +308,25 @@ fn attn_bench() -> Result<()> {
     Ok(())
 }
 
-fn gemv_bench(rows: &[usize], shapes: &[String], reps: usize, no_check: bool) -> Result<()> {
+fn gemv_bench(
+    rows: &[usize],
+    shapes: &[String],
+    reps: usize,
+    no_check: bool,
+    kernels: &[String],
+) -> Result<()> {
     use hearth_models::cuda_gemv::{self, Kernel};
     need_cuda("gemv-bench")?;
-    let kernels = Kernel::ALL;
+    let kernels: Vec<Kernel> = if kernels.is_empty() {
+        Kernel::ALL.to_vec()
+    } else {
+        kernels
+            .iter()
+            .map(|k| Kernel::parse(k).with_context(|| format!("no kernel `{k}`")))
+            .collect::<Result<_>>()?
+    };
     if !no_check {
-        for kernel in kernels {
+        for &kernel in &kernels {
             match cuda_gemv::enable(vec![cuda_gemv::Route::all(kernel)]) {
                 Ok(err) => println!(
                     "{} kernel: self-check passed, max relative error {err:.2e}",
@@ -348,7 +365,10 @@ fn gemv_bench(rows: &[usize], shapes: &[String], reps: usize, no_check: bool) ->
         "| rows | weight [N, K] | MLX µs | {} | best | best GB/s | best vs MLX |",
         names.join(" | ")
     );
-    println!("|---:|---|---:|{}---|---:|---:|", "---:|".repeat(kernels.len()));
+    println!(
+        "|---:|---|---:|{}---|---:|---:|",
+        "---:|".repeat(kernels.len())
+    );
     for &(n, k) in &shapes {
         for &r in rows {
             let t = cuda_gemv::time(r, n, k, reps, &kernels)?;

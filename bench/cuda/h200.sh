@@ -25,6 +25,8 @@
 #      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:), with
 #      H200_PREFILL_ARGS (e.g. --new-lengths: a new prompt length each round;
 #      a variant's ARGS=... sets its own);
+#      H200_GEMV_ARGS: gemv-bench's arguments; H200_NCU_GEMV: the same under
+#      Nsight Compute (memory metrics, bench/cuda/ncu_gemv.py);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -130,7 +132,8 @@ for n, k in [(4096, 4096), (12288, 4096), (4096, 12288)]:
         print(f"x[{m},{k}] @ w[{n},{k}].T: {dt*1e6:.0f} us, {w.nbytes/dt/1e9:.0f} GB/s of weights")
 EOF
   # Hearth's small-batch GEMV kernel against MLX's matmul (self-check + timings).
-  [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench 2>&1 | tee "$OUT/gemv.md" || true; }
+  # shellcheck disable=SC2086  # H200_GEMV_ARGS is a word list (e.g. --kernels mma,warp4 --rows 1,2,4)
+  [[ ${H200_GEMV_BENCH:-1} == 1 ]] && { $H dev gemv-bench ${H200_GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.md" || true; }
   stamp "gemv bench done"
   # Nsight Compute on the GEMV kernels and MLX's matmul: DRAM and L2 bytes,
   # cache hit rates, occupancy (H200_NCU_GEMV: gemv-bench's arguments, e.g.

@@ -10,11 +10,12 @@ and mlx-cuda-13==0.32.2 unpacked into one folder (SITE):
         'nvidia-cuda-nvrtc==13.*' 'nvidia-cuda-runtime==13.*' 'nvidia-cuda-cccl==13.*' mlx-cuda-13==0.32.2
     for f in W/*.whl; do unzip -qo $f -d SITE; done
     LD_LIBRARY_PATH=SITE/nvidia/cu13/lib python3 bench/cuda/nvrtc_check.py SITE [CUBIN_DIR]
-(NVRTC loads libnvrtc-builtins from the library path.)
+(NVRTC_ONLY=REGEX compiles only the kernels whose name matches; NVRTC loads libnvrtc-builtins from the library path.)
 MLX embeds its device headers in libmlx: SITE/mlxsrc must hold MLX's source tree
 (its `mlx/` folder) at the wheel's version.
 """
 import ctypes
+import os
 import pathlib
 import re
 import sys
@@ -40,6 +41,8 @@ kernels = [
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 9)]),
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
+    ("hearth_gemv_warp4", const("cuda_gemv.rs", "WARP4_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
+     [f"constexpr int ROWS = {r}; constexpr int NW = 8; constexpr int C = 4;" for r in range(1, 9)]),
     ("hearth_gemv_wide", const("cuda_gemv.rs", "WIDE_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8; constexpr int TC = {tc};" for tc in (2, 4) for r in range(1, 17)]),
     ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
@@ -82,7 +85,10 @@ nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
 includes = [site / "mlxsrc", site / "mlx/include", site / "mlx/include/cccl", cu / "include", cu / "include/cccl", cu / "cccl"]
 failed = 0
 dump = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+only = re.compile(os.environ.get("NVRTC_ONLY", ""))  # e.g. NVRTC_ONLY=gemv_warp4
 for name, body, header, signature, variants in kernels:
+    if not only.search(name):
+        continue
     for dtype in ["__nv_bfloat16", "__half"]:
         for consts in variants:
             tag = "_".join(f"{n}_{v}" for n, v in re.findall(r"int (\w+) = (\d+)", consts))

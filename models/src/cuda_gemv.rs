@@ -130,6 +130,9 @@ const WARPS: i32 = 8;
 /// of one `mma.m16n8k16`.
 const MMA_COLS: i32 = 16;
 
+/// Output columns per warp of [`Kernel::Warp4`] (`C` in its source).
+const WARP4_COLS: i32 = 4;
+
 /// Which kernel computes the product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
@@ -143,10 +146,19 @@ pub enum Kernel {
     Mma32,
     /// As [`Kernel::Mma32`] with four tiles: 64 columns per block.
     Mma64,
+    /// As [`Kernel::Warp`], but each warp computes four adjacent output
+    /// columns from one load of the activations (up to 8 rows).
+    Warp4,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 4] = [Kernel::Warp, Kernel::Mma, Kernel::Mma32, Kernel::Mma64];
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Warp,
+        Kernel::Warp4,
+        Kernel::Mma,
+        Kernel::Mma32,
+        Kernel::Mma64,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -154,19 +166,18 @@ impl Kernel {
             Kernel::Mma => "mma",
             Kernel::Mma32 => "mma32",
             Kernel::Mma64 => "mma64",
+            Kernel::Warp4 => "warp4",
         }
     }
 
     /// `warp` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
-        Kernel::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
+        Kernel::ALL.into_iter().find(|k| k.name() == s)
     }
 
     pub fn max_rows(self) -> usize {
         match self {
-            Kernel::Warp => WARP_KERNEL_MAX_ROWS,
+            Kernel::Warp | Kernel::Warp4 => WARP_KERNEL_MAX_ROWS,
             Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MAX_ROWS,
         }
     }
@@ -175,7 +186,7 @@ impl Kernel {
     /// loads; the tensor-core kernel reads 32 elements of K per step).
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
-            Kernel::Warp => 8,
+            Kernel::Warp | Kernel::Warp4 => 8,
             Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
@@ -185,6 +196,7 @@ impl Kernel {
     fn cols_per_block(self) -> i32 {
         match self {
             Kernel::Warp => WARPS,
+            Kernel::Warp4 => WARPS * WARP4_COLS,
             Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MMA_COLS * self.tiles(),
         }
     }
@@ -192,7 +204,7 @@ impl Kernel {
     /// 16-column tiles per block of the tensor-core kernels (1 otherwise).
     fn tiles(self) -> i32 {
         match self {
-            Kernel::Warp | Kernel::Mma => 1,
+            Kernel::Warp | Kernel::Warp4 | Kernel::Mma => 1,
             Kernel::Mma32 => 2,
             Kernel::Mma64 => 4,
         }
@@ -523,6 +535,77 @@ const SOURCE: &str = r#"
     }
 "#;
 
+/// `y = x W^T` on CUDA cores for `ROWS <= 8`: one warp per `C` adjacent
+/// output columns. Lane `l` takes the 16-byte chunks `l, l + 32, ...` of K:
+/// it loads each chunk of the activation rows once and multiplies it with
+/// the same chunk of all `C` weight rows (streamed past L1), so the
+/// activations are read once per `C` columns instead of once per column.
+/// f32 accumulators, a warp-shuffle reduction per (row, column); lane
+/// `m C + c` writes output (m, c).
+const WARP4_SOURCE: &str = r#"
+    const int N = dims[0];
+    const int VECS = dims[1] / 8;
+    const int lane = threadIdx.x & 31;
+    const int col0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * C;
+    if (col0 >= N) {
+        return;
+    }
+    const uint4* wr[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        wr[c] = reinterpret_cast<const uint4*>(w) + (size_t)min(col0 + c, N - 1) * VECS;
+    }
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    float acc[ROWS][C];
+#pragma unroll
+    for (int m = 0; m < ROWS; ++m) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            acc[m][c] = 0.0f;
+        }
+    }
+#pragma unroll 2
+    for (int i = lane; i < VECS; i += 32) {
+        uint4 wq[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            wq[c] = hearth_ld_stream(wr[c] + i);
+        }
+#pragma unroll
+        for (int m = 0; m < ROWS; ++m) {
+            const uint4 xq = __ldg(xv + (size_t)m * VECS + i);
+            const T* xe = reinterpret_cast<const T*>(&xq);
+            float xf[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                xf[j] = static_cast<float>(xe[j]);
+            }
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                const T* we = reinterpret_cast<const T*>(&wq[c]);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    acc[m][c] += static_cast<float>(we[j]) * xf[j];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < ROWS; ++m) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            float v = acc[m][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                v += __shfl_xor_sync(0xffffffffu, v, o);
+            }
+            if (lane == ((m * C + c) & 31) && col0 + c < N) {
+                y[(size_t)m * N + col0 + c] = T(v);
+            }
+        }
+    }
+"#;
+
 /// The kernel that computes `x W^T` for `rows` activation rows and a
 /// `weight: [n, k]` of `dtype`, if a route in force takes it.
 pub fn route(rows: usize, n: i32, k: i32, dtype: Dtype) -> Option<Kernel> {
@@ -557,6 +640,8 @@ thread_local! {
         CudaKernel::new("hearth_gemv", &["x", "w", "dims"], &["y"], SOURCE, "");
     static MMA_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
+    static WARP4_KERNEL: CudaKernel =
+        CudaKernel::new("hearth_gemv_warp4", &["x", "w", "dims"], &["y"], WARP4_SOURCE, MMA_HEADER);
     static WIDE_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_wide", &["x", "w", "dims"], &["y"], WIDE_SOURCE, MMA_HEADER);
 }
@@ -583,6 +668,9 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     if kind.tiles() > 1 {
         template.push(("TC", TemplateArg::Int(kind.tiles())));
     }
+    if kind == Kernel::Warp4 {
+        template.push(("C", TemplateArg::Int(WARP4_COLS)));
+    }
     let run = |kernel: &CudaKernel| {
         kernel.apply(
             &[x, w, &dims],
@@ -593,6 +681,7 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
     };
     let mut out = match kind {
         Kernel::Warp => WARP_KERNEL.with(run),
+        Kernel::Warp4 => WARP4_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
         Kernel::Mma32 | Kernel::Mma64 => WIDE_KERNEL.with(run),
     }?;
