@@ -6,17 +6,19 @@
 //! the H200, MLX 0.32's CUDA matmul uses a matrix-vector kernel for one row
 //! and cuBLAS for two or more; at two rows that takes up to twice as long
 //! per matrix (bench/results/h200-*.md), so a batch of two decoded barely
-//! faster than one. Two kernels of ours read each weight row once for all
+//! faster than one. Three kernels of ours read each weight row once for all
 //! rows:
 //!
 //! - [`Kernel::Warp`]: one warp per output column, 16-byte loads, f32
 //!   accumulation, a warp-shuffle reduction (up to 8 rows).
+//! - [`Kernel::Warp4`]: the same for four adjacent columns per warp, so the
+//!   activations are loaded once per four columns (up to 8 rows; opt-in).
 //! - [`Kernel::Mma`]: tensor cores (`mma.sync.m16n8k16`, f32 accumulators),
 //!   16 output columns per block of 8 warps that split K (up to 16 rows).
 //!
 //! Which one runs is a [`Route`] table: a kernel per row range, optionally
 //! only for weights up to a size (cuBLAS is as fast or faster on large
-//! matrices from three rows on). Both are JIT-compiled by MLX (NVRTC)
+//! matrices from three rows on). All are JIT-compiled by MLX (NVRTC)
 //! through mlx-c's custom CUDA kernel API and used only after [`enable`]
 //! checked them against MLX's own matmul on this device
 //! (`HEARTH_CUDA_GEMV`, docs/cuda.md). Everywhere else (CPU, Metal) the plain
@@ -141,36 +143,23 @@ pub enum Kernel {
     /// Tensor cores (`mma.sync.m16n8k16`): a block of 8 warps per 16 output
     /// columns, the reduction dimension split among the warps.
     Mma,
-    /// The same MMAs for 32 output columns per block: each warp computes two
-    /// 16-column tiles from one load of its activations.
-    Mma32,
-    /// As [`Kernel::Mma32`] with four tiles: 64 columns per block.
-    Mma64,
     /// As [`Kernel::Warp`], but each warp computes four adjacent output
     /// columns from one load of the activations (up to 8 rows).
     Warp4,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 5] = [
-        Kernel::Warp,
-        Kernel::Warp4,
-        Kernel::Mma,
-        Kernel::Mma32,
-        Kernel::Mma64,
-    ];
+    pub const ALL: [Kernel; 3] = [Kernel::Warp, Kernel::Warp4, Kernel::Mma];
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Warp => "warp",
             Kernel::Mma => "mma",
-            Kernel::Mma32 => "mma32",
-            Kernel::Mma64 => "mma64",
             Kernel::Warp4 => "warp4",
         }
     }
 
-    /// `warp` or `mma` (its [`name`](Kernel::name)).
+    /// `warp`, `warp4` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
         Kernel::ALL.into_iter().find(|k| k.name() == s)
     }
@@ -178,7 +167,7 @@ impl Kernel {
     pub fn max_rows(self) -> usize {
         match self {
             Kernel::Warp | Kernel::Warp4 => WARP_KERNEL_MAX_ROWS,
-            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MAX_ROWS,
+            Kernel::Mma => MAX_ROWS,
         }
     }
 
@@ -187,7 +176,7 @@ impl Kernel {
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
             Kernel::Warp | Kernel::Warp4 => 8,
-            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => 32,
+            Kernel::Mma => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
     }
@@ -197,16 +186,7 @@ impl Kernel {
         match self {
             Kernel::Warp => WARPS,
             Kernel::Warp4 => WARPS * WARP4_COLS,
-            Kernel::Mma | Kernel::Mma32 | Kernel::Mma64 => MMA_COLS * self.tiles(),
-        }
-    }
-
-    /// 16-column tiles per block of the tensor-core kernels (1 otherwise).
-    fn tiles(self) -> i32 {
-        match self {
-            Kernel::Warp | Kernel::Warp4 | Kernel::Mma => 1,
-            Kernel::Mma32 => 2,
-            Kernel::Mma64 => 4,
+            Kernel::Mma => MMA_COLS,
         }
     }
 }
@@ -238,137 +218,6 @@ static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
         : "l"(p));
     return v;
 }
-"#;
-
-/// `y = x W^T` on tensor cores, as [`MMA_SOURCE`] but for `TC` tiles of 16
-/// output columns per block: each warp loads its 16 bytes of the
-/// activations once per step of K and feeds them to the MMAs of all `TC`
-/// tiles. Every block reads all of `x` (from L2, or L1 when a block on the
-/// same SM read it just before); with 16 columns a block that is as many
-/// bytes as it reads of weights at 16 rows, with 64 a quarter. The weights
-/// stream past L1 (`hearth_ld_stream`); `TC` tiles give every warp `TC`
-/// independent MMA chains and 2 `TC` loads in flight per step (two steps
-/// unrolled at up to 8 rows).
-const WIDE_SOURCE: &str = r#"
-    constexpr int NT = (ROWS + 7) / 8;
-    // NW (warps per block) and TC (tiles per block) come from the launch.
-    constexpr int U = NT == 1 ? 2 : 1;
-    const int N = dims[0];
-    const int K = dims[1];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int g = lane >> 2;
-    const int c = lane & 3;
-    const int col0 = blockIdx.x * 16 * TC;
-    const uint4* w0[TC];
-    const uint4* w1[TC];
-#pragma unroll
-    for (int j = 0; j < TC; ++j) {
-        const int r0 = min(col0 + j * 16 + g, N - 1);
-        const int r1 = min(col0 + j * 16 + g + 8, N - 1);
-        w0[j] = reinterpret_cast<const uint4*>(w + (size_t)r0 * K) + c;
-        w1[j] = reinterpret_cast<const uint4*>(w + (size_t)r1 * K) + c;
-    }
-    const uint4* xp[NT];
-    bool xok[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const int xr = t * 8 + g;
-        xok[t] = xr < ROWS;
-        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
-    }
-    float acc[TC][NT][4];
-#pragma unroll
-    for (int j = 0; j < TC; ++j) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                acc[j][t][i] = 0.0f;
-            }
-        }
-    }
-    const uint4 zero = {0u, 0u, 0u, 0u};
-    const int steps = K / 32;
-    int s0 = warp;
-    for (; s0 + (U - 1) * NW < steps; s0 += NW * U) {
-        uint4 a0[U][TC], a1[U][TC], b[U][NT];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int s = s0 + u * NW;
-#pragma unroll
-            for (int j = 0; j < TC; ++j) {
-                a0[u][j] = hearth_ld_stream(w0[j] + s * 4);
-                a1[u][j] = hearth_ld_stream(w1[j] + s * 4);
-            }
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                b[u][t] = __ldg(xp[t] + s * 4);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const uint4 bt = xok[t] ? b[u][t] : zero;
-#pragma unroll
-                for (int j = 0; j < TC; ++j) {
-                    HearthMma<T>::run(acc[j][t], a0[u][j].x, a1[u][j].x, a0[u][j].y,
-                                      a1[u][j].y, bt.x, bt.y);
-                    HearthMma<T>::run(acc[j][t], a0[u][j].z, a1[u][j].z, a0[u][j].w,
-                                      a1[u][j].w, bt.z, bt.w);
-                }
-            }
-        }
-    }
-    for (; s0 < steps; s0 += NW) {
-        uint4 a0[TC], a1[TC];
-#pragma unroll
-        for (int j = 0; j < TC; ++j) {
-            a0[j] = hearth_ld_stream(w0[j] + s0 * 4);
-            a1[j] = hearth_ld_stream(w1[j] + s0 * 4);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const uint4 bt = xok[t] ? __ldg(xp[t] + s0 * 4) : zero;
-#pragma unroll
-            for (int j = 0; j < TC; ++j) {
-                HearthMma<T>::run(acc[j][t], a0[j].x, a1[j].x, a0[j].y, a1[j].y, bt.x, bt.y);
-                HearthMma<T>::run(acc[j][t], a0[j].z, a1[j].z, a0[j].w, a1[j].w, bt.z, bt.w);
-            }
-        }
-    }
-    // Partial sums of the NW warps: slot (j, t, i) of lane ln.
-    constexpr int SLOTS = TC * NT * 4;
-    __shared__ float part[NW][SLOTS][32];
-#pragma unroll
-    for (int j = 0; j < TC; ++j) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                part[warp][(j * NT + t) * 4 + i][lane] = acc[j][t][i];
-            }
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < SLOTS * 32; e += NW * 32) {
-        const int slot = e >> 5;
-        const int ln = e & 31;
-        float v = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NW; ++q) {
-            v += part[q][slot][ln];
-        }
-        const int j = slot / (NT * 4);
-        const int t = (slot >> 2) % NT;
-        const int i = slot & 3;
-        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
-        const int col = col0 + j * 16 + (ln >> 2) + ((i & 2) ? 8 : 0);
-        if (m < ROWS && col < N) {
-            y[(size_t)m * N + col] = T(v);
-        }
-    }
 "#;
 
 /// `y = x W^T` on tensor cores for `ROWS <= 16` activation rows. The weight
@@ -642,8 +491,6 @@ thread_local! {
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
     static WARP4_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_warp4", &["x", "w", "dims"], &["y"], WARP4_SOURCE, MMA_HEADER);
-    static WIDE_KERNEL: CudaKernel =
-        CudaKernel::new("hearth_gemv_wide", &["x", "w", "dims"], &["y"], WIDE_SOURCE, MMA_HEADER);
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -665,9 +512,6 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
         ("ROWS", TemplateArg::Int(rows)),
         ("NW", TemplateArg::Int(WARPS)),
     ];
-    if kind.tiles() > 1 {
-        template.push(("TC", TemplateArg::Int(kind.tiles())));
-    }
     if kind == Kernel::Warp4 {
         template.push(("C", TemplateArg::Int(WARP4_COLS)));
     }
@@ -683,7 +527,6 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
         Kernel::Warp => WARP_KERNEL.with(run),
         Kernel::Warp4 => WARP4_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
-        Kernel::Mma32 | Kernel::Mma64 => WIDE_KERNEL.with(run),
     }?;
     Ok(out.remove(0))
 }
@@ -822,21 +665,22 @@ mod tests {
             }]
         );
         assert!(Route::parse_list("off").unwrap().is_empty());
-        // The wide tensor-core kernels by name, behind a size-limited route.
-        let wide = Route::parse_list("mma:3-16:100,mma64:3-16:2048,mma32:2-2").unwrap();
+        // warp4 by name, behind a size-limited route; past its 8 rows the
+        // next route takes the product.
+        let w4 = Route::parse_list("warp4:2-4:2048,mma:2-16:100").unwrap();
         let bf16 = Dtype::Bfloat16;
-        assert_eq!(pick(&wide, 4, 4096, 12288, bf16), Some(Kernel::Mma));
-        assert_eq!(pick(&wide, 16, 24576, 4096, bf16), Some(Kernel::Mma64));
-        assert_eq!(pick(&wide, 2, 24576, 4096, bf16), Some(Kernel::Mma32));
-        assert_eq!(pick(&wide, 1, 24576, 4096, bf16), None);
-        assert_eq!(Kernel::Mma64.cols_per_block(), 64);
-        assert_eq!(Kernel::Mma32.cols_per_block(), 32);
+        assert_eq!(pick(&w4, 2, 24576, 4096, bf16), Some(Kernel::Warp4));
+        assert_eq!(pick(&w4, 6, 4096, 4096, bf16), Some(Kernel::Mma));
+        assert_eq!(pick(&w4, 6, 24576, 4096, bf16), None);
+        assert_eq!(pick(&w4, 1, 24576, 4096, bf16), None);
+        assert_eq!(Kernel::Warp4.cols_per_block(), 32);
         for bad in [
             "warp:0-2",
             "warp:3-2",
             "warp:1-9",
             "mma:1-17",
-            "mma64:1-17",
+            "warp4:1-9",
+            "mma64:1-4",
             "mma48:1-4",
             "tc:1-2",
             "mma:1-4:x",
