@@ -13,22 +13,16 @@ and the bandwidth, L2 bytes moved (all traffic through L2, so loads that
 hit there too: the activations every block re-reads), L1 and L2 hit rates,
 active warps, registers and the occupancy limit they set.
 """
-import csv
-import io
-import lzma
 import statistics
 import sys
 
-from ncu_steps import BYTES, SCALE
+from ncu_steps import BYTES, SCALE, csv_rows
 
 
 def launches(path):
     """[(name, grid, {metric: value})] in launch order, values in ns/bytes."""
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt", errors="replace") as f:
-        lines = [line for line in f if line.startswith('"')]
     by_id = {}
-    for row in csv.DictReader(io.StringIO("".join(lines))):
+    for row in csv_rows(path):
         name, grid, metrics = by_id.setdefault(
             row["ID"], (row["Kernel Name"], row.get("Grid Size", ""), {})
         )

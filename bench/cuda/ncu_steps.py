@@ -20,13 +20,18 @@ SCALE = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "mseco
 BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
-def kernels(path):
-    """The log's kernels in launch order: [(name, grid, ns, dram bytes read)]."""
+def csv_rows(path):
+    """The rows of an `ncu --csv` log (plain or .xz), one per kernel and metric."""
     opener = lzma.open if path.endswith(".xz") else open
     with opener(path, "rt", errors="replace") as f:
         lines = [line for line in f if line.startswith('"')]
+    return list(csv.DictReader(io.StringIO("".join(lines))))
+
+
+def kernels(path):
+    """The log's kernels in launch order: [(name, grid, ns, dram bytes read)]."""
     by_id = {}
-    for row in csv.DictReader(io.StringIO("".join(lines))):
+    for row in csv_rows(path):
         k = by_id.setdefault(row["ID"], [row["Kernel Name"], row.get("Grid Size", ""), 0.0, 0.0])
         value = float(row["Metric Value"].replace(",", "") or 0)
         unit = row.get("Metric Unit", "")
