@@ -41,7 +41,7 @@ kernels = [
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 9)]),
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
-    ("hearth_gemv_warp4", const("cuda_gemv.rs", "WARP4_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
+    ("hearth_gemv_warp4", const("cuda_gemv.rs", "WARP4_SOURCE"), const("cuda_gemv.rs", "STREAM_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8; constexpr int C = 4;" for r in range(1, 9)]),
     ("hearth_attn", const("cuda_attn.rs", "SOURCE"), const("cuda_attn.rs", "HEADER"),
      ATTN_IN + "{T}* out", [f"constexpr int D = {d}; constexpr int NTH = {nth};" for d in (64, 128, 256) for nth in (128, 256, 512)]),

@@ -209,8 +209,12 @@ template <typename T> struct HearthMma;
 HEARTH_MMA(__nv_bfloat16, "bf16")
 HEARTH_MMA(__half, "f16")
 #undef HEARTH_MMA
-// 16 bytes of a weight row, read once: through the non-coherent path and
-// not kept in L1, which then holds the activations that every block reads.
+"#;
+
+/// Device helper of [`WARP4_SOURCE`]: 16 bytes of a weight row, read once,
+/// through the non-coherent path and not kept in L1, which then holds the
+/// activations that every warp of the block reads.
+const STREAM_HEADER: &str = r#"
 static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -490,7 +494,7 @@ thread_local! {
     static MMA_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
     static WARP4_KERNEL: CudaKernel =
-        CudaKernel::new("hearth_gemv_warp4", &["x", "w", "dims"], &["y"], WARP4_SOURCE, MMA_HEADER);
+        CudaKernel::new("hearth_gemv_warp4", &["x", "w", "dims"], &["y"], WARP4_SOURCE, STREAM_HEADER);
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -665,8 +669,8 @@ mod tests {
             }]
         );
         assert!(Route::parse_list("off").unwrap().is_empty());
-        // warp4 by name, behind a size-limited route; past its 8 rows the
-        // next route takes the product.
+        // warp4 by name, behind a size-limited route; outside its rows the
+        // next route whose size limit fits takes the product.
         let w4 = Route::parse_list("warp4:2-4:2048,mma:2-16:100").unwrap();
         let bf16 = Dtype::Bfloat16;
         assert_eq!(pick(&w4, 2, 24576, 4096, bf16), Some(Kernel::Warp4));
