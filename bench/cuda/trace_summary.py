@@ -4,6 +4,10 @@ import statistics
 import sys
 
 PARTS = ["prefill_us", "first_tokens_us", "decode_us", "deliver_us", "cache_mb"]
+HOST = ["cpu_us", "preempted", "cpu", "burst", "sys_us", "waits", "faults"]
+# Per-step means in the burst table, where the trace has them (newer traces:
+# the kernel's share of the CPU time, blocks and page faults).
+EXTRA = ["sys_us", "waits", "faults"]
 
 
 def pct(values, q):
@@ -29,7 +33,7 @@ for path in sys.argv[1:]:
             f" {pct(steps, .99):7d} {steps[-1]:7d}  {pct(gaps, .5):10d} {int(statistics.mean(gaps)):5d}  {slow:5d}"
         )
     cols = ["t_us", "step_us", "gap_us", "decode_rows", "prefill_tokens", "span"]
-    cols += [c for c in PARTS + ["cpu_us", "preempted", "cpu", "burst"] if c in header]
+    cols += [c for c in PARTS + HOST if c in header]
     print("slowest steps:", " ".join(cols))
     for r in sorted(rows, key=lambda r: -r["step_us"])[:8]:
         print("   ", *(r[c] for c in cols))
@@ -55,7 +59,11 @@ for path in sys.argv[1:]:
     # Burst by burst (one bench request batch each, in order): is a slow
     # repeat slow in every step, and did the engine thread compute (cpu_us),
     # wait for the device (deliver_us) or lose its core (preempted, cpus)?
-    print("bursts: burst steps rows_p50  step_us p50  mean   decode_us  deliver_us  cpu_us  preempted  cpus")
+    extra = [c for c in EXTRA if c in header]
+    print(
+        "bursts: burst steps rows_p50  step_us p50  mean   decode_us  deliver_us  cpu_us  preempted  cpus"
+        + "".join(f"  {c}" for c in extra)
+    )
     bursts = {}
     for r in rows:
         if r["prefill_tokens"] == 0 and r["decode_rows"] > 0:
@@ -72,4 +80,5 @@ for path in sys.argv[1:]:
             f"   {b:5d} {len(g):5d} {pct(rws, .5):8d}  {pct(step, .5):11d} {int(statistics.mean(step)):6d}"
             f" {mean('decode_us'):10d} {mean('deliver_us'):11d} {mean('cpu_us'):7d}"
             f" {sum(r['preempted'] for r in g):10d}  {','.join(map(str, cpus))}"
+            + "".join(f"  {statistics.mean(r[c] for r in g):.1f}" for c in extra)
         )

@@ -14,7 +14,12 @@
 //! the times it was preempted (involuntary context switches), the CPU it
 //! ended on, and the burst (a run of steps between idle spells, counted
 //! from 0), so a slow step shows whether the thread computed, waited or was
-//! pushed off its core. Used to see where step time goes on a GPU
+//! pushed off its core; then the part of that CPU time spent in the kernel
+//! (`sys_us`), the times the thread blocked (voluntary context switches:
+//! device syncs, locks) and the page faults it took, which show whether a
+//! slow step was host syscalls and faults (managed memory moving between
+//! host and device, a sandbox's slow system calls) rather than graph
+//! building. Used to see where step time goes on a GPU
 //! (docs/cuda.md); off by default, costs one buffered write and one
 //! `getrusage` per step when on.
 
@@ -38,22 +43,52 @@ pub(super) struct StepStats {
     pub cache_mb: u64,
 }
 
-/// The calling thread's CPU time (µs) and involuntary context switches so
-/// far; zeros where the OS does not say (only Linux reports per thread).
-fn thread_usage() -> (u64, u64) {
+/// What the calling thread has used so far (zeros where the OS does not
+/// say: only Linux reports per thread).
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    /// User plus system CPU time, µs.
+    cpu_us: u64,
+    /// System (kernel) CPU time, µs.
+    sys_us: u64,
+    /// Involuntary context switches (preemptions).
+    preempted: u64,
+    /// Voluntary context switches (the thread blocked).
+    waits: u64,
+    /// Minor plus major page faults.
+    faults: u64,
+}
+
+impl Usage {
+    /// What was used between `self` (earlier) and `later`.
+    fn until(self, later: Usage) -> Usage {
+        Usage {
+            cpu_us: later.cpu_us.saturating_sub(self.cpu_us),
+            sys_us: later.sys_us.saturating_sub(self.sys_us),
+            preempted: later.preempted.saturating_sub(self.preempted),
+            waits: later.waits.saturating_sub(self.waits),
+            faults: later.faults.saturating_sub(self.faults),
+        }
+    }
+}
+
+fn thread_usage() -> Usage {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getrusage writes a plain struct we own.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } == 0 {
             let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-            return (
-                us(usage.ru_utime) + us(usage.ru_stime),
-                usage.ru_nivcsw as u64,
-            );
+            return Usage {
+                cpu_us: us(usage.ru_utime) + us(usage.ru_stime),
+                sys_us: us(usage.ru_stime),
+                preempted: usage.ru_nivcsw as u64,
+                waits: usage.ru_nvcsw as u64,
+                faults: (usage.ru_minflt + usage.ru_majflt) as u64,
+            };
         }
     }
-    (0, 0)
+    Usage::default()
 }
 
 /// The CPU the calling thread runs on (-1 where unknown).
@@ -72,7 +107,7 @@ pub(super) struct StepTrace {
     /// Bursts ended so far (the current burst's number).
     burst: u64,
     /// [`thread_usage`] when the current step began.
-    usage_at_start: (u64, u64),
+    usage_at_start: Usage,
 }
 
 impl StepTrace {
@@ -92,14 +127,14 @@ impl StepTrace {
                     out,
                     "t_us\tstep_us\tgap_us\tdecode_rows\tprefill_tokens\tspan\tpipelined\t\
                      prefill_us\tfirst_tokens_us\tdecode_us\tdeliver_us\tcache_mb\t\
-                     cpu_us\tpreempted\tcpu\tburst"
+                     cpu_us\tpreempted\tcpu\tburst\tsys_us\twaits\tfaults"
                 );
                 Some(StepTrace {
                     out,
                     origin: Instant::now(),
                     last_end: None,
                     burst: 0,
-                    usage_at_start: (0, 0),
+                    usage_at_start: Usage::default(),
                 })
             }
             Err(e) => {
@@ -117,8 +152,7 @@ impl StepTrace {
     /// Writes the line of a step that began at `started` (after
     /// [`StepTrace::begin`], on the same thread).
     pub(super) fn record(&mut self, started: Instant, ended: Instant, stats: StepStats) {
-        let (cpu_us, preempted) = thread_usage();
-        let (cpu0, preempted0) = self.usage_at_start;
+        let used = self.usage_at_start.until(thread_usage());
         let gap = self
             .last_end
             .map(|last| started.saturating_duration_since(last).as_micros())
@@ -126,7 +160,7 @@ impl StepTrace {
         self.last_end = Some(ended);
         let _ = writeln!(
             self.out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             started.saturating_duration_since(self.origin).as_micros(),
             ended.saturating_duration_since(started).as_micros(),
             gap,
@@ -139,10 +173,13 @@ impl StepTrace {
             stats.decode_us,
             stats.deliver_us,
             stats.cache_mb,
-            cpu_us.saturating_sub(cpu0),
-            preempted.saturating_sub(preempted0),
+            used.cpu_us,
+            used.preempted,
             current_cpu(),
             self.burst,
+            used.sys_us,
+            used.waits,
+            used.faults,
         );
     }
 
@@ -166,6 +203,32 @@ impl Drop for StepTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes one byte per page of `len` bytes of newly mapped memory, so
+    /// the thread takes page faults (a heap allocation may reuse pages that
+    /// are already resident).
+    fn touch_fresh_pages(len: usize) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: an anonymous private mapping we own, written within its
+        // length and unmapped before returning.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            for i in (0..len).step_by(4096) {
+                std::ptr::write_volatile(p.cast::<u8>().add(i), 1);
+            }
+            libc::munmap(p, len);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = len;
+    }
 
     /// Every line has the header's columns, in its order (the summary
     /// script reads them by name).
@@ -197,6 +260,9 @@ mod tests {
         while spin.elapsed() < std::time::Duration::from_millis(20) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
+        // A block (a voluntary switch) and fresh pages written (faults).
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        touch_fresh_pages(16 << 20);
         trace.record(t0, t0 + std::time::Duration::from_micros(700), stats);
         drop(trace);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -224,6 +290,12 @@ mod tests {
             assert!(cpu >= 10_000, "cpu_us {cpu}");
             let on: i64 = second["cpu"].parse().unwrap();
             assert!(on >= 0, "cpu {on}");
+            let sys: u64 = second["sys_us"].parse().unwrap();
+            assert!(sys <= cpu, "sys_us {sys} > cpu_us {cpu}");
+            let waits: u64 = second["waits"].parse().unwrap();
+            assert!(waits >= 1, "waits {waits}");
+            let faults: u64 = second["faults"].parse().unwrap();
+            assert!(faults >= 1, "faults {faults}");
         }
         for (name, want) in [
             ("step_us", "500"),
