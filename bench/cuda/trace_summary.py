@@ -4,10 +4,11 @@ import statistics
 import sys
 
 PARTS = ["prefill_us", "first_tokens_us", "decode_us", "deliver_us", "cache_mb"]
-HOST = ["cpu_us", "preempted", "cpu", "burst", "sys_us", "waits", "faults"]
+HOST = ["cpu_us", "preempted", "cpu", "burst", "sys_us", "waits", "faults", "queue_us"]
 # Per-step means in the burst table, where the trace has them (newer traces:
-# the kernel's share of the CPU time, blocks and page faults).
-EXTRA = ["sys_us", "waits", "faults"]
+# the kernel's share of the CPU time, blocks, page faults, and the part of
+# decode_us in MLX's eval call, the rest being graph building).
+EXTRA = ["sys_us", "waits", "faults", "queue_us"]
 
 
 def pct(values, q):

@@ -290,6 +290,9 @@ struct Phases {
     first_tokens: Duration,
     decode: Duration,
     deliver: Duration,
+    /// The part of `decode` in MLX's evaluation call (encoding and
+    /// launching the kernels; in an unpipelined step also the wait).
+    queue: Duration,
 }
 
 impl EngineLoop {
@@ -383,6 +386,7 @@ impl EngineLoop {
                         decode_us: (self.phases.decode.saturating_sub(self.phases.deliver))
                             .as_micros() as u64,
                         deliver_us: self.phases.deliver.as_micros() as u64,
+                        queue_us: self.phases.queue.as_micros() as u64,
                         cache_mb: (cache_bytes >> 20) as u64,
                         ..stats
                     };
@@ -714,7 +718,9 @@ impl EngineLoop {
             ..StepStats::default()
         };
         if pipelined {
+            let t = Instant::now();
             transforms::async_eval(pending.arrays())?;
+            self.phases.queue += t.elapsed();
             if let Some(prev) = previous {
                 self.deliver(prev)?;
             }
@@ -725,7 +731,9 @@ impl EngineLoop {
             }
             self.in_flight = Some(InFlight { pending, ids });
         } else {
+            let t = Instant::now();
             transforms::eval(pending.arrays())?;
+            self.phases.queue += t.elapsed();
             self.deliver(InFlight { pending, ids })?;
         }
         Ok(stats)

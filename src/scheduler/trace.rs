@@ -9,7 +9,7 @@
 //! prompts they completed, building and queueing the decode pass, and
 //! reading back and sending the previous decode's tokens (waits for the
 //! device); MiB in MLX's buffer cache when the step began (0 at the
-//! start of a burst: every buffer is allocated afresh); last, on Linux, what
+//! start of a burst: every buffer is allocated afresh); then, on Linux, what
 //! the engine thread itself did in the step: its CPU time in microseconds,
 //! the times it was preempted (involuntary context switches), the CPU it
 //! ended on, and the burst (a run of steps between idle spells, counted
@@ -19,7 +19,9 @@
 //! device syncs, locks) and the page faults it took, which show whether a
 //! slow step was host syscalls and faults (managed memory moving between
 //! host and device, a sandbox's slow system calls) rather than graph
-//! building. Used to see where step time goes on a GPU
+//! building; last, the part of the decode pass's time spent in MLX's
+//! evaluation call (encoding and launching its kernels; the rest of it is
+//! building the graph). Used to see where step time goes on a GPU
 //! (docs/cuda.md); off by default, costs one buffered write and one
 //! `getrusage` per step when on.
 
@@ -41,6 +43,8 @@ pub(super) struct StepStats {
     pub decode_us: u64,
     pub deliver_us: u64,
     pub cache_mb: u64,
+    /// The part of `decode_us` spent in MLX's evaluation call.
+    pub queue_us: u64,
 }
 
 /// What the calling thread has used so far (zeros where the OS does not
@@ -127,7 +131,7 @@ impl StepTrace {
                     out,
                     "t_us\tstep_us\tgap_us\tdecode_rows\tprefill_tokens\tspan\tpipelined\t\
                      prefill_us\tfirst_tokens_us\tdecode_us\tdeliver_us\tcache_mb\t\
-                     cpu_us\tpreempted\tcpu\tburst\tsys_us\twaits\tfaults"
+                     cpu_us\tpreempted\tcpu\tburst\tsys_us\twaits\tfaults\tqueue_us"
                 );
                 Some(StepTrace {
                     out,
@@ -160,7 +164,7 @@ impl StepTrace {
         self.last_end = Some(ended);
         let _ = writeln!(
             self.out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             started.saturating_duration_since(self.origin).as_micros(),
             ended.saturating_duration_since(started).as_micros(),
             gap,
@@ -180,6 +184,7 @@ impl StepTrace {
             used.sys_us,
             used.waits,
             used.faults,
+            stats.queue_us,
         );
     }
 
@@ -249,6 +254,7 @@ mod tests {
             decode_us: 13,
             deliver_us: 14,
             cache_mb: 15,
+            queue_us: 16,
         };
         trace.record(t0, t0 + std::time::Duration::from_micros(500), stats);
         // A burst ends; the next step is in burst 1.
@@ -309,6 +315,7 @@ mod tests {
             ("decode_us", "13"),
             ("deliver_us", "14"),
             ("cache_mb", "15"),
+            ("queue_us", "16"),
         ] {
             assert_eq!(row.get(name), Some(&want), "{name}");
         }
