@@ -148,16 +148,19 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
 }
 
 /// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others:
-/// MLX's GEMV for one row; at two rows tensor cores on every weight up to 2
-/// GiB (the lm_head included); at 3–16 rows tensor cores on weights up to 32
-/// MiB and cuBLAS above. MLX sets up every cuBLAS call anew on the host
-/// (descriptors, an algorithm query, a workspace), and a server's two-row
-/// step is bound by that host work: in the same H200 run, two streams went
-/// from 228 to 260 tok/s and the two-row step from 8.6–9.1 to 7.3–8.0 ms
-/// against `mma:2-16:32` (bench/results/h200-2026-12-02-s12.md). One run's
-/// evidence: servers with identical routes differed by as much in that
-/// session, and the MoE showed no difference (docs/cuda.md).
-pub const DEFAULT_CUDA_GEMV: &str = "mma:2-2:2048,mma:3-16:32";
+/// MLX's GEMV for one row; at 2–4 rows the `warp4` kernel on every weight
+/// (the lm_head included); at 5–16 rows tensor cores on weights up to 32 MiB
+/// and cuBLAS above. A server's decode step is bound by the engine thread's
+/// host work, and MLX sets up every cuBLAS call anew on the host
+/// (descriptors, an algorithm query, a workspace): at 4 rows taking all 109
+/// products of a dense 8B step off cuBLAS cut MLX's evaluation by ~1.1 ms a
+/// step, and the step by ~4%, pooled over three server processes (against
+/// five with the old route) in two H200 runs
+/// (bench/results/h200-2026-12-03-s16.md; at 2 rows warp4 is also faster
+/// than `mma`, the lm_head 297 against 342 µs). Those gains are within the
+/// spread between identical servers, so they are pooled figures, not one
+/// run's (docs/cuda.md).
+pub const DEFAULT_CUDA_GEMV: &str = "warp4:2-4,mma:5-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
 /// on other devices); each is checked against MLX on the device (the GEMV
@@ -417,21 +420,25 @@ mod tests {
     }
 
     #[test]
-    fn default_routes_leave_one_row_and_large_weights_above_two_rows_to_mlx() {
+    fn default_routes_leave_one_row_and_large_weights_above_four_rows_to_mlx() {
         use hearth_models::cuda_gemv::{pick, Kernel, Route};
         let routes = Route::parse_list(DEFAULT_CUDA_GEMV).unwrap();
         let bf16 = mlx_rs::Dtype::Bfloat16;
         assert_eq!(pick(&routes, 1, 4096, 4096, bf16), None);
         assert_eq!(pick(&routes, 1, 151936, 4096, bf16), None);
-        assert_eq!(pick(&routes, 2, 4096, 4096, bf16), Some(Kernel::Mma));
+        // 2–4 rows: every Qwen3-8B matrix, the joined q/k/v (48 MiB) and the
+        // 1.2 GB lm_head included, goes to warp4.
+        for rows in 2..=4 {
+            assert_eq!(pick(&routes, rows, 4096, 4096, bf16), Some(Kernel::Warp4));
+            assert_eq!(pick(&routes, rows, 6144, 4096, bf16), Some(Kernel::Warp4));
+            assert_eq!(pick(&routes, rows, 151936, 4096, bf16), Some(Kernel::Warp4));
+        }
+        // 5–16 rows: tensor cores up to 32 MiB, cuBLAS above.
+        assert_eq!(pick(&routes, 5, 4096, 4096, bf16), Some(Kernel::Mma));
         assert_eq!(pick(&routes, 16, 4096, 4096, bf16), Some(Kernel::Mma));
-        // Two rows: every Qwen3-8B matrix, the joined q/k/v (48 MiB) and the
-        // 1.2 GB lm_head included, goes to our kernel.
-        assert_eq!(pick(&routes, 2, 6144, 4096, bf16), Some(Kernel::Mma));
-        assert_eq!(pick(&routes, 2, 151936, 4096, bf16), Some(Kernel::Mma));
-        // From three rows on, those stay on cuBLAS.
-        assert_eq!(pick(&routes, 3, 6144, 4096, bf16), None);
+        assert_eq!(pick(&routes, 5, 6144, 4096, bf16), None);
         assert_eq!(pick(&routes, 16, 151936, 4096, bf16), None);
+        assert_eq!(pick(&routes, 17, 4096, 4096, bf16), None);
     }
 
     #[test]
