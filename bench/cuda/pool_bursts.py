@@ -6,9 +6,9 @@ route is judged on several processes' bursts at once. Each trace is named
 that ran one route at some row counts:
 
     python3 bench/cuda/pool_bursts.py --group warp4=w4a,w4a2,w4b@2 \
-        --group default=base,base2,w4b@4-16 run1/trace-*.tsv.xz run2/trace-*.tsv.xz
+        --group default=base,base2,w4b@3-16 run1/trace-*.tsv.xz run2/trace-*.tsv.xz
 
-`VARIANT@ROWS` (`@2`, `@4-16`) keeps that variant's bursts of those decode row
+`VARIANT@ROWS` (`@2`, `@3-16`) keeps that variant's bursts of those decode row
 counts only (w4b ran warp4 at 2 rows and the default route above). Prints,
 per row count and group: bursts, servers, and the mean over bursts of the
 p50 step time, of the part in MLX's async_eval (queue_us) and of graph
@@ -16,37 +16,18 @@ building (decode_us - queue_us), in ms. Bursts are the runs of decode-only
 steps between idle spells with at least 20 steps (warm-up bursts are the
 first three of each trace and are skipped)."""
 import argparse
-import lzma
 import os
 import re
 import statistics
 import sys
 
+from trace_summary import decode_bursts, pct, read_trace
+
 WARMUP_BURSTS = 3
-MIN_STEPS = 20
-
-
-def read_trace(path):
-    """The trace's rows as dicts of ints (lines of the wrong width dropped)."""
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt") as f:
-        lines = [line.rstrip("\n").split("\t") for line in f]
-    header = lines[0]
-    return [dict(zip(header, map(int, r))) for r in lines[1:] if len(r) == len(header)]
-
-
-def bursts(rows):
-    """{burst: [decode-only steps]} past the warm-up, of MIN_STEPS or more."""
-    out = {}
-    for r in rows:
-        if r["prefill_tokens"] == 0 and r["decode_rows"] > 0:
-            out.setdefault(r["burst"], []).append(r)
-    return {b: g for b, g in out.items() if b >= WARMUP_BURSTS and len(g) >= MIN_STEPS}
 
 
 def p50(values):
-    values = sorted(values)
-    return values[len(values) // 2]
+    return pct(sorted(values), 0.5)
 
 
 def parse_member(text):
@@ -70,11 +51,13 @@ def pool(groups, paths):
     table = {}
     for path in paths:
         variant = variant_of(path)
-        rows = read_trace(path)
-        if "queue_us" not in rows[0]:
+        header, rows = read_trace(path)
+        if "queue_us" not in header:
             print(f"{path}: no queue_us column (a trace from before session 16)", file=sys.stderr)
             continue
-        for b, steps in bursts(rows).items():
+        for b, steps in decode_bursts(rows).items():
+            if b < WARMUP_BURSTS:
+                continue
             n = p50(r["decode_rows"] for r in steps)
             for group, members in groups:
                 if any(v == variant and lo <= n <= hi for v, lo, hi in members):

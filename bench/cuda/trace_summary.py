@@ -1,5 +1,6 @@
 """Summarises HEARTH_STEP_TRACE files: decode-only step time by batch size,
 then the steps that read prompts, split into their parts (src/scheduler/trace.rs)."""
+import lzma
 import statistics
 import sys
 
@@ -15,10 +16,27 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-for path in sys.argv[1:]:
-    lines = [line.rstrip("\n").split("\t") for line in open(path)]
-    header, body = lines[0], lines[1:]
-    rows = [dict(zip(header, map(int, r))) for r in body if len(r) == len(header)]
+def read_trace(path):
+    """(header, rows): the trace's column names and its lines as dicts of
+    ints (lines of the wrong width dropped); `.xz` files are read as such."""
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    header = lines[0]
+    return header, [dict(zip(header, map(int, r))) for r in lines[1:] if len(r) == len(header)]
+
+
+def decode_bursts(rows, min_steps=20):
+    """{burst: its decode-only steps}, for bursts of at least `min_steps`."""
+    bursts = {}
+    for r in rows:
+        if r["prefill_tokens"] == 0 and r["decode_rows"] > 0:
+            bursts.setdefault(r["burst"], []).append(r)
+    return {b: g for b, g in bursts.items() if len(g) >= min_steps}
+
+
+def summarise(path):
+    header, rows = read_trace(path)
     print(f"== {path}: {len(rows)} steps")
     print("rows  steps  step_us p50   mean    p99     max   gap_us p50  mean  >50ms")
     by_rows = {}
@@ -39,7 +57,7 @@ for path in sys.argv[1:]:
     for r in sorted(rows, key=lambda r: -r["step_us"])[:8]:
         print("   ", *(r[c] for c in cols))
     if "prefill_us" not in header:
-        continue
+        return
     # Steps with prompt tokens: is the first step of a burst (empty buffer
     # cache) the slow one, and which part of it?
     pre = [r for r in rows if r["prefill_tokens"] > 0]
@@ -56,7 +74,7 @@ for path in sys.argv[1:]:
         tok = sorted(r["prefill_tokens"] for r in group)
         print(f"  tokens p50 {pct(tok, .5)}")
     if "burst" not in header:
-        continue
+        return
     # Burst by burst (one bench request batch each, in order): is a slow
     # repeat slow in every step, and did the engine thread compute (cpu_us),
     # wait for the device (deliver_us) or lose its core (preempted, cpus)?
@@ -65,14 +83,9 @@ for path in sys.argv[1:]:
         "bursts: burst steps rows_p50  step_us p50  mean   decode_us  deliver_us  cpu_us  preempted  cpus"
         + "".join(f"  {c}" for c in extra)
     )
-    bursts = {}
-    for r in rows:
-        if r["prefill_tokens"] == 0 and r["decode_rows"] > 0:
-            bursts.setdefault(r["burst"], []).append(r)
+    bursts = decode_bursts(rows)
     for b in sorted(bursts):
         g = bursts[b]
-        if len(g) < 20:
-            continue
         step = sorted(r["step_us"] for r in g)
         rws = sorted(r["decode_rows"] for r in g)
         mean = lambda c: int(statistics.mean(r[c] for r in g))
@@ -83,3 +96,8 @@ for path in sys.argv[1:]:
             f" {sum(r['preempted'] for r in g):10d}  {','.join(map(str, cpus))}"
             + "".join(f"  {statistics.mean(r[c] for r in g):.1f}" for c in extra)
         )
+
+
+if __name__ == "__main__":
+    for path in sys.argv[1:]:
+        summarise(path)

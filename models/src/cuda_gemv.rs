@@ -12,7 +12,8 @@
 //! - [`Kernel::Warp`]: one warp per output column, 16-byte loads, f32
 //!   accumulation, a warp-shuffle reduction (up to 8 rows).
 //! - [`Kernel::Warp4`]: the same for four adjacent columns per warp, so the
-//!   activations are loaded once per four columns (up to 8 rows; opt-in).
+//!   activations are loaded once per four columns (up to 8 rows; Hearth's
+//!   default route uses it at 2–4 rows).
 //! - [`Kernel::Mma`]: tensor cores (`mma.sync.m16n8k16`, f32 accumulators),
 //!   16 output columns per block of 8 warps that split K (up to 16 rows).
 //!
