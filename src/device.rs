@@ -182,6 +182,12 @@ pub const DEFAULT_CUDA_GEMV: &str = "warp4:2-4,mma:5-16:32";
 /// - the residual add and the RMSNorm after it as one kernel
 ///   (models/src/cuda_norm.rs): `HEARTH_CUDA_NORM=on|off`
 ///   ([`DEFAULT_CUDA_NORM`]).
+/// - the lean decode graph, fewer reshape and slice nodes a step
+///   (models/src/lean.rs): `HEARTH_LEAN_GRAPH=on|off` (`on`; `off` builds
+///   the graphs of before, for A/B runs).
+/// - the MLP's SwiGLU read from the joined gate/up product
+///   (models/src/cuda_swiglu.rs): `HEARTH_CUDA_SWIGLU=on|off`
+///   ([`DEFAULT_CUDA_SWIGLU`]).
 /// - a Gated DeltaNet layer's decoding token, from its joined projection to
 ///   the gated norm, as one kernel (models/src/cuda_delta.rs):
 ///   `HEARTH_CUDA_DELTA=on|off` ([`DEFAULT_CUDA_DELTA`]).
@@ -208,8 +214,15 @@ pub fn enable_cuda_kernels() {
     }
     enable_cuda_gemv();
     enable_cuda_attn();
+    kernel_switch(
+        "HEARTH_LEAN_GRAPH",
+        "on",
+        "lean decode graph",
+        || hearth_models::lean::set_plain(false),
+        || hearth_models::lean::set_plain(true),
+    );
     // Each checked per shape kind and type at its first use.
-    use hearth_models::{cuda_delta, cuda_moe, cuda_norm, cuda_qk};
+    use hearth_models::{cuda_delta, cuda_moe, cuda_norm, cuda_qk, cuda_swiglu};
     kernel_switch(
         "HEARTH_CUDA_QK",
         DEFAULT_CUDA_QK,
@@ -223,6 +236,13 @@ pub fn enable_cuda_kernels() {
         "add+norm",
         cuda_norm::enable,
         cuda_norm::disable,
+    );
+    kernel_switch(
+        "HEARTH_CUDA_SWIGLU",
+        DEFAULT_CUDA_SWIGLU,
+        "swiglu",
+        cuda_swiglu::enable,
+        cuda_swiglu::disable,
     );
     kernel_switch(
         "HEARTH_CUDA_DELTA",
@@ -264,6 +284,12 @@ fn kernel_switch(var: &str, default: &str, kernel: &str, enable: fn(), disable: 
 /// trace; the step is bound by MLX's host time per op, and these kernels
 /// cut ops), bench/results/h200-2026-12-02.md.
 pub const DEFAULT_CUDA_NORM: &str = "on";
+
+/// Whether the MLP's SwiGLU reads the joined gate/up product in one kernel
+/// unless `HEARTH_CUDA_SWIGLU` says: yes. One graph node a layer and step
+/// instead of two slices and the SwiGLU (models/src/cuda_swiglu.rs,
+/// models/src/lean.rs); measured with the rest of the lean decode graph.
+pub const DEFAULT_CUDA_SWIGLU: &str = "on";
 
 /// Whether a DeltaNet layer's decoding token runs as one kernel unless
 /// `HEARTH_CUDA_DELTA` says: yes. It replaces about twenty of MLX's ops per

@@ -477,3 +477,72 @@ fn dummy_qwen3_5_prefill_batch_matches_a_pass_per_chunk() {
     dummy(dir.path(), "qwen3_5", "qwen3.5-tiny", 6);
     check_prefill_batch_matches_a_pass_per_chunk(dir.path());
 }
+
+/// The lean decode graph (hearth_models::lean) computes what the plain one
+/// does, from caches written the same way, with fewer nodes: per layer, one
+/// scatter and one reshape per KV buffer instead of a scatter between three
+/// reshapes, and one reshape of the attention output instead of a transpose
+/// and a reshape.
+#[test]
+fn lean_decode_graph_has_fewer_nodes_and_the_same_logits() {
+    let model = hearth_models::load(&fixture("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .unwrap()
+        .model;
+    let kv_heads = model.config.num_key_value_heads;
+    let layers = model.num_layers();
+    let shape = BatchShape {
+        rows: 4,
+        capacity: 256,
+    };
+    let run = |plain: bool| -> (Vec<Array>, std::collections::BTreeMap<String, usize>) {
+        hearth_models::lean::set_plain(plain);
+        let mut kv: Vec<BatchKv> = (0..layers).map(|_| BatchKv::new()).collect();
+        let lens = [5usize, 11, 8];
+        for (row, &len) in lens.iter().enumerate() {
+            let ids: Vec<i32> = (0..len as i32).map(|i| 100 + i * 13 + row as i32).collect();
+            let mut views = BatchKv::prefill_views(&mut kv, shape, row, 0);
+            pass(&model, &ids, 1, &mut views);
+        }
+        let mut positions = lens.to_vec();
+        let mut logits = Vec::new();
+        let mut ops = Default::default();
+        for step in 0..3 {
+            let decode = DecodeStep::new(shape, kv_heads, positions.clone());
+            let mut views = BatchKv::decode_views(&mut kv, &decode);
+            let ids = Array::from_slice(&[7 + step, 42, 900], &[3, 1]);
+            let out = model.forward(&ids, &mut views, true).unwrap();
+            drop(views);
+            if step == 0 {
+                ops = hearth::tools::step_ops::count_primitives(&[&out]).unwrap();
+            }
+            out.eval().unwrap();
+            logits.push(out);
+            positions.iter_mut().for_each(|p| *p += 1);
+        }
+        hearth_models::lean::set_plain(false);
+        (logits, ops)
+    };
+    let (plain, plain_ops) = run(true);
+    let (lean, lean_ops) = run(false);
+    for (step, (p, l)) in plain.iter().zip(&lean).enumerate() {
+        let gap = relative_gap(p, l);
+        assert!(gap < 1e-6, "step {step}: logits differ by {gap}");
+    }
+    let (p, l): (usize, usize) = (plain_ops.values().sum(), lean_ops.values().sum());
+    let count = |ops: &std::collections::BTreeMap<String, usize>, op: &str| -> usize {
+        ops.get(op).copied().unwrap_or(0)
+    };
+    let shown = format!("plain {p} nodes {plain_ops:?}, lean {l} nodes {lean_ops:?}");
+    assert!(
+        count(&plain_ops, "Reshape") >= count(&lean_ops, "Reshape") + 4 * layers,
+        "{shown}"
+    );
+    assert_eq!(
+        count(&plain_ops, "Transpose"),
+        count(&lean_ops, "Transpose") + layers,
+        "{shown}"
+    );
+    // The step's one row index (a view of a padded buffer) is all it adds.
+    assert!(p >= l + 5 * layers - 1, "{shown}");
+    assert_eq!(lean_ops.get("Scatter"), Some(&(2 * layers)), "{lean_ops:?}");
+}

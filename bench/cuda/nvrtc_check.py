@@ -1,5 +1,5 @@
 """Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs,
-cuda_norm.rs, cuda_delta.rs, cuda_moe.rs) with NVRTC the way
+cuda_norm.rs, cuda_delta.rs, cuda_moe.rs, cuda_swiglu.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -22,7 +22,7 @@ import sys
 
 site = pathlib.Path(sys.argv[1])
 srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
-sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs", "cuda_delta.rs", "cuda_moe.rs"]}
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs", "cuda_delta.rs", "cuda_moe.rs", "cuda_swiglu.rs"]}
 
 
 def const(file, name):
@@ -60,6 +60,8 @@ kernels = [
      "const {T}* x, const {T}* r, const {T}* w, const int32_t* dims, {T}* h_out, {T}* n_out",
      [f"constexpr int H = {h}; constexpr int NT = {min(256, -(-h // 8 // 32) * 32)};"
       for h in (8, 576, 1024, 2048, 2560, 4096, 5120, 16384)]),
+    ("hearth_swiglu_joined", const("cuda_swiglu.rs", "SOURCE"), "",
+     "const {T}* y, const int32_t* dims, {T}* out", [""]),
     # Qwen3.5's DeltaNet shape (16 key heads, 32 value heads, 128 wide, kernel 4) and a small odd one
     ("hearth_delta_step", const("cuda_delta.rs", "SOURCE"), const("cuda_delta.rs", "HEADER"),
      "const {T}* proj, const {T}* conv, const {T}* taps, const {T}* dt_bias, const float* neg_a, "

@@ -406,6 +406,35 @@ pub struct BatchShape {
     pub capacity: usize,
 }
 
+/// `a` with `updates` written at `indices` along `axes` (MLX's `scatter`,
+/// which mlx-rs exposes for one axis only): `updates` is `[index shape...,
+/// a's shape with 1 on each indexed axis]`.
+fn scatter(a: &Array, indices: &[Array], updates: &Array, axes: &[i32]) -> Result<Array> {
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: the index vector is made and freed here; mlx-c copies the
+    // handles it keeps and writes `out` only on success.
+    unsafe {
+        let ptrs: Vec<_> = indices.iter().map(Array::as_ptr).collect();
+        let idx = mlx_sys::mlx_vector_array_new_data(ptrs.as_ptr(), ptrs.len());
+        let mut out = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_scatter(
+            &mut out,
+            a.as_ptr(),
+            idx,
+            updates.as_ptr(),
+            axes.as_ptr(),
+            axes.len(),
+            stream.as_ptr(),
+        );
+        mlx_sys::mlx_vector_array_free(idx);
+        if status != 0 {
+            mlx_sys::mlx_array_free(out);
+            return Err(crate::error::ModelError::Mlx("scatter failed".into()));
+        }
+        Ok(Array::from_ptr(out))
+    }
+}
+
 /// A step's per-row int32 values as a `[len]` array whose buffer holds at
 /// least [`crate::cuda_kernel::MIN_INTS`] values (a view of the first `len`
 /// when padded), so that a short step's offsets, lengths and KV write index,
@@ -439,6 +468,8 @@ pub struct DecodeStep {
     lens: std::cell::OnceCell<Array>,
     /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
     flat_index: Array,
+    /// `0..n`, `[n]` int32: each row's index in the batch buffers.
+    row_index: Array,
     kv_len: usize,
     /// Rows whose recurrent state this step advances (`[n]` bool); `None`: all.
     active: Option<Array>,
@@ -463,6 +494,7 @@ impl DecodeStep {
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
             flat_index: step_ints(&flat),
+            row_index: step_ints(&(0..n as i32).collect::<Vec<_>>()),
             positions,
             kv_len,
             active: None,
@@ -863,10 +895,26 @@ impl BatchKv {
     ) -> Result<(Array, Array)> {
         let n = step.rows() as i32;
         let (heads, dim) = (keys.dim(1), keys.dim(3));
+        let len = step.kv_len as i32;
+        if crate::lean::on() {
+            // One scatter per buffer on its own shape, at (row, position):
+            // two nodes a buffer instead of four (crate::lean).
+            self.fit(step.shape, keys)?;
+            let at = [step.row_index.clone(), step.offsets.clone()];
+            let write = |buf: Array, new: &Array| -> Result<Array> {
+                let updates = new.reshape(&[n, 1, heads, 1, dim])?;
+                scatter(&buf, &at, &updates, &[0, 2])
+            };
+            let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
+            let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
+            let v = write(self.values.take().ok_or_else(missing)?, values)?;
+            self.keys = Some(k.clone());
+            self.values = Some(v.clone());
+            return Ok((k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..))));
+        }
         let (k, v) = self.scatter_tokens(step.shape, keys, values, &step.flat_index, |new| {
             Ok(new.reshape(&[n * heads, 1, dim])?)
         })?;
-        let len = step.kv_len as i32;
         Ok((k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..))))
     }
 

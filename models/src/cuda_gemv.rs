@@ -30,7 +30,7 @@ use std::sync::RwLock;
 use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{int_array, relative_error, verdict, CudaKernel, LaunchDims, TemplateArg};
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 
 /// Most activation rows the kernels take (more use MLX's GEMM).
 pub const MAX_ROWS: usize = 16;
@@ -479,11 +479,16 @@ pub fn matmul_t(kernel: Kernel, x: &Array, weight: &Array) -> Result<Array> {
     let n = weight.dim(0);
     let mut out_shape = x.shape().to_vec();
     let rows: i32 = out_shape[..out_shape.len() - 1].iter().product();
-    let x2 = x.reshape(&[rows, k])?;
-    let y = launch(kernel, &x2, weight, rows, n, k)?;
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
+    if crate::lean::on() {
+        // The kernel reads `rows * K` contiguous elements and writes
+        // `rows * N`: the caller's shapes as they are, no reshape nodes.
+        return launch(kernel, x, weight, rows, n, k, &out_shape);
+    }
+    let x2 = x.reshape(&[rows, k])?;
+    let y = launch(kernel, &x2, weight, rows, n, k, &[rows, n])?;
     Ok(y.reshape(&out_shape)?)
 }
 
@@ -505,7 +510,15 @@ thread_local! {
 /// NVRTC compile of about a second: the stalls of bench/results/h200-2026-11-29-s3).
 /// The kernel reads `dims` = [N, K], `rows * K` elements of `x` and `N * K`
 /// of `w` and writes each of the `rows * N` outputs exactly once.
-fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Result<Array> {
+fn launch(
+    kind: Kernel,
+    x: &Array,
+    w: &Array,
+    rows: i32,
+    n: i32,
+    k: i32,
+    out_shape: &[i32],
+) -> Result<Array> {
     let dims = int_array(&[n, k]);
     let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
     let launch = LaunchDims {
@@ -521,12 +534,7 @@ fn launch(kind: Kernel, x: &Array, w: &Array, rows: i32, n: i32, k: i32) -> Resu
         template.push(("C", TemplateArg::Int(WARP4_COLS)));
     }
     let run = |kernel: &CudaKernel| {
-        kernel.apply(
-            &[x, w, &dims],
-            &[(&[rows, n], w.dtype())],
-            launch,
-            &template,
-        )
+        kernel.apply(&[x, w, &dims], &[(out_shape, w.dtype())], launch, &template)
     };
     let mut out = match kind {
         Kernel::Warp => WARP_KERNEL.with(run),
@@ -576,10 +584,18 @@ fn self_check(kernel: Kernel, min: usize, max: usize) -> Result<f32> {
     ] {
         let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, None)?.as_dtype(dtype)?;
         for rows in min..=max {
-            let x = mlx_rs::random::normal::<f32>(&[rows as i32, k], None, None, None)?
+            // A decode step's shape, `[rows, 1, K]`: what the layers pass.
+            let x = mlx_rs::random::normal::<f32>(&[rows as i32, 1, k], None, None, None)?
                 .as_dtype(dtype)?;
-            let ours = launch(kernel, &x, &w, rows as i32, n, k)?;
+            let ours = matmul_t(kernel, &x, &w)?;
             let reference = x.matmul(w.t())?;
+            if ours.shape() != reference.shape() {
+                return Err(ModelError::Mlx(format!(
+                    "gemv self-check: shape {:?}, MLX's {:?}",
+                    ours.shape(),
+                    reference.shape()
+                )));
+            }
             worst = worst.max(relative_error(&ours, &reference)?);
         }
     }
@@ -623,7 +639,9 @@ pub fn time(
     let mut out = vec![Some(run(&|w| Ok(x.matmul(w.t())?))?)];
     for &kernel in kernels {
         out.push(if kernel.takes(rows, k) {
-            Some(run(&|w| launch(kernel, &x, w, rows as i32, n, k))?)
+            Some(run(&|w| {
+                launch(kernel, &x, w, rows as i32, n, k, &[rows as i32, n])
+            })?)
         } else {
             None
         });

@@ -650,9 +650,14 @@ impl Attention {
         };
         let (k, v) = cache.update_and_fetch(&k, &v)?;
         let out = attend(&q, &k, &v, self.scale, cache)?;
-        let out =
-            out.transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[b, l, self.n_heads * self.head_dim])?;
+        let width = self.n_heads * self.head_dim;
+        // `[b, heads, 1, D]` is already in `[b, 1, heads * D]` order: one
+        // node instead of a transpose and a reshape (crate::lean).
+        let out = if l == 1 && crate::lean::on() {
+            out.reshape(&[b, 1, width])?
+        } else {
+            out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, width])?
+        };
         self.o_proj.forward(&out)
     }
 
@@ -724,6 +729,23 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        if let (LinearGroup::Joined(linear, widths), true) = (&self.gate_up, crate::lean::on()) {
+            // One node for the SwiGLU of the joined product instead of two
+            // slices and the SwiGLU, where the kernel takes it.
+            let y = linear.forward(x)?;
+            let fused = match widths[..] {
+                [gate, up] if gate == up => crate::cuda_swiglu::joined(&y, gate)?,
+                _ => None,
+            };
+            let h = match fused {
+                Some(h) => h,
+                None => {
+                    let parts = split(&y, widths);
+                    crate::fused::swiglu(&parts[0], &parts[1])?
+                }
+            };
+            return self.down_proj.forward(&h);
+        }
         let gate_up = self.gate_up.forward(x)?;
         let h = crate::fused::swiglu(&gate_up[0], &gate_up[1])?;
         self.down_proj.forward(&h)

@@ -45,11 +45,25 @@ pub struct Options {
     /// take turns within each round. None: the routes in force.
     #[arg(long)]
     pub gemv: Vec<String>,
+    /// Decode graphs to compare (comma-separated): `lean`, the default
+    /// (models/src/lean.rs), and `plain`, the same kernels with the
+    /// reshape and slice nodes of before; each takes turns with every GEMV
+    /// table.
+    #[arg(long, value_delimiter = ',', default_value = "lean")]
+    pub graph: Vec<String>,
     /// Bracket the last round's steps with the CUDA profiler's start and
     /// stop, for `ncu --profile-from-start off` (bench/cuda/h200.sh,
     /// H200_NCU_DECODE): the profile then holds those steps only.
     #[arg(long)]
     pub profile: bool,
+}
+
+/// One configuration the row counts are timed under.
+struct Variant {
+    /// The GEMV route table (`None`: the routes in force).
+    routes: Option<Vec<hearth_models::cuda_gemv::Route>>,
+    plain: bool,
+    name: String,
 }
 
 struct Batch {
@@ -62,6 +76,8 @@ struct Batch {
     build_us: Vec<f64>,
     dispatch_us: Vec<f64>,
     step_us: Vec<f64>,
+    /// Primitive nodes in the graph of the step (counted in the warm-up).
+    nodes: usize,
 }
 
 /// Prints a Markdown table: per row count, p50 step and graph-build times.
@@ -73,22 +89,45 @@ pub fn run(opts: &Options) -> Result<()> {
         anyhow::bail!("--gemv compares CUDA kernels: this is not MLX's CUDA backend");
     }
     crate::device::enable_cuda_kernels();
-    let variants: Vec<Option<Vec<hearth_models::cuda_gemv::Route>>> = if opts.gemv.is_empty() {
-        vec![None]
+    let tables: Vec<(Option<Vec<hearth_models::cuda_gemv::Route>>, &str)> = if opts.gemv.is_empty()
+    {
+        vec![(None, "in force")]
     } else {
         opts.gemv
             .iter()
             .map(|r| {
                 hearth_models::cuda_gemv::Route::parse_list(r)
-                    .map(Some)
+                    .map(|t| (Some(t), r.as_str()))
                     .map_err(|e| anyhow::anyhow!("--gemv {r}: {e}"))
             })
             .collect::<Result<_>>()?
     };
+    let mut variants = Vec::new();
+    for (routes, table) in &tables {
+        for graph in &opts.graph {
+            let plain = match graph.as_str() {
+                "lean" => false,
+                "plain" => true,
+                other => anyhow::bail!("--graph {other}: want lean or plain"),
+            };
+            let name = if opts.graph.len() > 1 {
+                format!("{table}, {graph}")
+            } else {
+                table.to_string()
+            };
+            variants.push(Variant {
+                routes: routes.clone(),
+                plain,
+                name,
+            });
+        }
+    }
     // Compile and check every table's kernels before timing anything;
     // switching tables later needs no second check.
-    for routes in variants.iter().flatten().filter(|r| !r.is_empty()) {
-        hearth_models::cuda_gemv::enable(routes.clone()).map_err(|e| anyhow::anyhow!(e))?;
+    for (routes, _) in &tables {
+        if let Some(routes) = routes.as_ref().filter(|r| !r.is_empty()) {
+            hearth_models::cuda_gemv::enable(routes.clone()).map_err(|e| anyhow::anyhow!(e))?;
+        }
     }
     let m = &loaded.model;
     let kv_heads = m.config.num_key_value_heads;
@@ -135,6 +174,7 @@ pub fn run(opts: &Options) -> Result<()> {
             build_us: Vec::new(),
             dispatch_us: Vec::new(),
             step_us: Vec::new(),
+            nodes: 0,
         });
     }
     // Round 0 warms up (kernel compiles, allocator); the rest are timed.
@@ -144,10 +184,12 @@ pub fn run(opts: &Options) -> Result<()> {
             eprintln!("--profile: no CUDA driver here, nothing to bracket");
         }
         for b in &mut batches {
-            if let Some(routes) = &variants[b.variant] {
+            let variant = &variants[b.variant];
+            if let Some(routes) = &variant.routes {
                 hearth_models::cuda_gemv::reinstate(routes.clone());
             }
-            for _ in 0..opts.steps {
+            hearth_models::lean::set_plain(variant.plain);
+            for i in 0..opts.steps {
                 let started = Instant::now();
                 let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
                 let ids = Array::from_slice(&b.tokens, &[b.rows as i32, 1]);
@@ -156,6 +198,9 @@ pub fn run(opts: &Options) -> Result<()> {
                 drop(views);
                 let next = argmax_axis(logits.reshape(&[b.rows as i32, -1])?, -1, false)?;
                 let built = started.elapsed();
+                if round == 0 && i == 0 {
+                    b.nodes = super::step_ops::count_primitives(&[&next])?.values().sum();
+                }
                 mlx_rs::transforms::async_eval([&next])?;
                 let dispatched = started.elapsed();
                 next.eval()?;
@@ -178,30 +223,34 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     let mut out = format!(
         "{}: {} layers, rows at lengths {} + {}·row, {} timed steps per row count\n\n\
-         | routes | rows | step ms p50 | graph build ms p50 | launched ms p50 | step vs 1st row count | tokens/s |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+         | routes | rows | step ms p50 | graph build ms p50 | launched ms p50 | step vs 1st row count | step vs 1st variant | graph nodes | tokens/s |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         model.display(),
         m.num_layers(),
         opts.prompt_tokens,
         opts.stagger,
         opts.steps * opts.rounds
     );
-    for (v, routes) in variants.iter().enumerate() {
-        let name = match (routes, opts.gemv.get(v)) {
-            (Some(_), Some(r)) => r.as_str(),
-            _ => "in force",
-        };
+    hearth_models::lean::set_plain(false);
+    for (v, variant) in variants.iter().enumerate() {
+        let name = &variant.name;
         let mine: Vec<&Batch> = batches.iter().filter(|b| b.variant == v).collect();
         let base = mine.first().map(|b| median(&b.step_us)).unwrap_or(f64::NAN);
         for b in mine {
             let step = median(&b.step_us);
+            let first = batches
+                .iter()
+                .find(|f| f.variant == 0 && f.rows == b.rows)
+                .map_or(f64::NAN, |f| median(&f.step_us));
             out.push_str(&format!(
-                "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.0} |\n",
+                "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.3}x | {} | {:.0} |\n",
                 b.rows,
                 step / 1e3,
                 median(&b.build_us) / 1e3,
                 median(&b.dispatch_us) / 1e3,
                 step / base,
+                step / first,
+                b.nodes,
                 b.rows as f64 * 1e6 / step
             ));
         }
