@@ -478,26 +478,25 @@ fn dummy_qwen3_5_prefill_batch_matches_a_pass_per_chunk() {
     check_prefill_batch_matches_a_pass_per_chunk(dir.path());
 }
 
-/// The lean decode graph (hearth_models::lean) computes what the plain one
-/// does, from caches written the same way, with fewer nodes: per layer, one
-/// scatter and one reshape per KV buffer instead of a scatter between three
-/// reshapes, and one reshape of the attention output instead of a transpose
-/// and a reshape.
-#[test]
-fn lean_decode_graph_has_fewer_nodes_and_the_same_logits() {
-    let model = hearth_models::load(&fixture("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .unwrap()
-        .model;
+type Ops = std::collections::BTreeMap<String, usize>;
+
+/// Three decode steps of rows prefilled to `lens` under the plain and the
+/// lean decode graphs (hearth_models::lean): the logits must agree; returns
+/// the primitives of each one's first step and the model's layer count.
+fn lean_and_plain_steps(path: &Path, lens: &[usize]) -> (Ops, Ops, usize) {
+    // The switch is process-wide: one test flips it at a time.
+    static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let model = hearth_models::load(path).unwrap().model;
     let kv_heads = model.config.num_key_value_heads;
     let layers = model.num_layers();
     let shape = BatchShape {
         rows: 4,
         capacity: 256,
     };
-    let run = |plain: bool| -> (Vec<Array>, std::collections::BTreeMap<String, usize>) {
+    let run = |plain: bool| -> (Vec<Array>, Ops) {
         hearth_models::lean::set_plain(plain);
         let mut kv: Vec<BatchKv> = (0..layers).map(|_| BatchKv::new()).collect();
-        let lens = [5usize, 11, 8];
         for (row, &len) in lens.iter().enumerate() {
             let ids: Vec<i32> = (0..len as i32).map(|i| 100 + i * 13 + row as i32).collect();
             let mut views = BatchKv::prefill_views(&mut kv, shape, row, 0);
@@ -505,11 +504,12 @@ fn lean_decode_graph_has_fewer_nodes_and_the_same_logits() {
         }
         let mut positions = lens.to_vec();
         let mut logits = Vec::new();
-        let mut ops = Default::default();
+        let mut ops = Ops::new();
         for step in 0..3 {
             let decode = DecodeStep::new(shape, kv_heads, positions.clone());
             let mut views = BatchKv::decode_views(&mut kv, &decode);
-            let ids = Array::from_slice(&[7 + step, 42, 900], &[3, 1]);
+            let ids: Vec<i32> = (0..lens.len() as i32).map(|r| 7 + step + 300 * r).collect();
+            let ids = Array::from_slice(&ids, &[lens.len() as i32, 1]);
             let out = model.forward(&ids, &mut views, true).unwrap();
             drop(views);
             if step == 0 {
@@ -528,21 +528,58 @@ fn lean_decode_graph_has_fewer_nodes_and_the_same_logits() {
         let gap = relative_gap(p, l);
         assert!(gap < 1e-6, "step {step}: logits differ by {gap}");
     }
-    let (p, l): (usize, usize) = (plain_ops.values().sum(), lean_ops.values().sum());
-    let count = |ops: &std::collections::BTreeMap<String, usize>, op: &str| -> usize {
-        ops.get(op).copied().unwrap_or(0)
-    };
-    let shown = format!("plain {p} nodes {plain_ops:?}, lean {l} nodes {lean_ops:?}");
+    (plain_ops, lean_ops, layers)
+}
+
+fn count(ops: &Ops, op: &str) -> usize {
+    ops.get(op).copied().unwrap_or(0)
+}
+
+/// The lean decode graph computes what the plain one does, from caches
+/// written the same way, with fewer nodes: per layer, one scatter and one
+/// reshape per KV buffer instead of a scatter between three reshapes, and
+/// one reshape of the attention output instead of a transpose and a
+/// reshape (a real quantized model, three rows).
+#[test]
+fn lean_decode_graph_has_fewer_nodes_and_the_same_logits() {
+    let path = fixture("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let (plain, lean, layers) = lean_and_plain_steps(&path, &[5, 11, 8]);
+    let (p, l): (usize, usize) = (plain.values().sum(), lean.values().sum());
+    let shown = format!("plain {p} nodes {plain:?}, lean {l} nodes {lean:?}");
     assert!(
-        count(&plain_ops, "Reshape") >= count(&lean_ops, "Reshape") + 4 * layers,
+        count(&plain, "Reshape") >= count(&lean, "Reshape") + 4 * layers,
         "{shown}"
     );
     assert_eq!(
-        count(&plain_ops, "Transpose"),
-        count(&lean_ops, "Transpose") + layers,
+        count(&plain, "Transpose"),
+        count(&lean, "Transpose") + layers,
         "{shown}"
     );
     // The step's one row index (a view of a padded buffer) is all it adds.
     assert!(p >= l + 5 * layers - 1, "{shown}");
-    assert_eq!(lean_ops.get("Scatter"), Some(&(2 * layers)), "{lean_ops:?}");
+    assert_eq!(count(&lean, "Scatter"), 2 * layers, "{shown}");
+}
+
+/// A one-row step of a dense model: each dense product is one node (no
+/// transpose, flatten and unflatten around MLX's matmul), same logits.
+#[test]
+fn lean_one_row_dense_products_are_one_node_each() {
+    let dir = tempfile::tempdir().unwrap();
+    dummy(dir.path(), "qwen3", "tiny,layers=3", 11);
+    let (plain, lean, layers) = lean_and_plain_steps(dir.path(), &[9]);
+    let shown = format!("plain {plain:?}, lean {lean:?}");
+    // q/k/v, o, gate/up and down: four products a layer.
+    assert!(
+        count(&plain, "Unflatten") >= count(&lean, "Unflatten") + 4 * layers,
+        "{shown}"
+    );
+    assert!(
+        count(&plain, "Flatten") >= count(&lean, "Flatten") + 4 * layers,
+        "{shown}"
+    );
+    assert!(
+        count(&plain, "Transpose") >= count(&lean, "Transpose") + 5 * layers,
+        "{shown}"
+    );
+    assert_eq!(count(&plain, "Matmul"), count(&lean, "Matmul"), "{shown}");
 }

@@ -24,6 +24,10 @@ pub enum Linear {
     Dense {
         weight: Array,
         bias: Option<Array>,
+        /// `W^T` as a `[1, in, out]` view of `weight` (no copy), made at
+        /// first use: what a one-sequence product multiplies by in one
+        /// graph node (see [`dense_matmul_t`]).
+        batch_t: std::cell::OnceCell<Array>,
     },
     Quantized {
         weight: Array,
@@ -53,13 +57,24 @@ impl Linear {
                 group_size: q.group_size,
                 bits: q.bits,
             }),
-            None => Ok(Linear::Dense { weight, bias }),
+            None => Ok(Linear::dense(weight, bias)),
+        }
+    }
+
+    /// A dense layer of `weight` (`[out, in]`) and an optional bias.
+    pub fn dense(weight: Array, bias: Option<Array>) -> Self {
+        Linear::Dense {
+            weight,
+            bias,
+            batch_t: std::cell::OnceCell::new(),
         }
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let y = match self {
-            Linear::Dense { weight, .. } => dense_matmul_t(x, weight)?,
+            Linear::Dense {
+                weight, batch_t, ..
+            } => dense_matmul_t(x, weight, Some(batch_t))?,
             Linear::Quantized {
                 weight,
                 scales,
@@ -112,14 +127,14 @@ impl Linear {
         }
         let bias = concat_part(&parts, |p| p.bias())?;
         let joined = match &parts[0] {
-            Linear::Dense { .. } => Linear::Dense {
-                weight: concat_part(&parts, |p| match p {
+            Linear::Dense { .. } => Linear::dense(
+                concat_part(&parts, |p| match p {
                     Linear::Dense { weight, .. } => Some(weight),
                     _ => None,
                 })?
                 .ok_or_else(|| crate::ModelError::Mlx("dense parts without weights".into()))?,
                 bias,
-            },
+            ),
             Linear::Quantized {
                 group_size, bits, ..
             } => {
@@ -260,7 +275,17 @@ fn concat_part(parts: &[Linear], pick: fn(&Linear) -> Option<&Array>) -> Result<
 
 /// `x W^T` for a dense weight: MLX's matmul, or on CUDA for a few rows
 /// the small-batch kernel of [`crate::cuda_gemv`] when it is enabled.
-fn dense_matmul_t(x: &Array, weight: &Array) -> Result<Array> {
+///
+/// MLX's `matmul` of a `[B, L, in]` input by a 2-D `W^T` is four graph
+/// nodes: the transpose, a flatten to 2-D, the product and an unflatten.
+/// With `batch_t` (the layer's `[1, in, out]` view of `W^T`, made once) a
+/// one-sequence input (`B == 1`: a one-row decode step, a prompt chunk) is
+/// one node, the same product (crate::lean).
+fn dense_matmul_t(
+    x: &Array,
+    weight: &Array,
+    batch_t: Option<&std::cell::OnceCell<Array>>,
+) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len().saturating_sub(1)].iter().product();
     if x.dtype() == weight.dtype() {
@@ -272,6 +297,19 @@ fn dense_matmul_t(x: &Array, weight: &Array) -> Result<Array> {
         );
         if let Some(kernel) = kernel {
             return crate::cuda_gemv::matmul_t(kernel, x, weight);
+        }
+    }
+    if let Some(cell) = batch_t {
+        if x.ndim() == 3 && x.dim(0) == 1 && crate::lean::on() {
+            let wt = match cell.get() {
+                Some(wt) => wt,
+                None => {
+                    let wt = weight.t().expand_dims(0)?;
+                    wt.eval()?;
+                    cell.get_or_init(|| wt)
+                }
+            };
+            return Ok(x.matmul(wt)?);
         }
     }
     Ok(x.matmul(weight.t())?)
@@ -337,7 +375,7 @@ impl Embedding {
     /// Uses the table as an output projection (`x E^T`).
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
         match self {
-            Embedding::Dense(w) => dense_matmul_t(x, w),
+            Embedding::Dense(w) => dense_matmul_t(x, w, None),
             Embedding::Quantized {
                 weight,
                 scales,
@@ -848,10 +886,7 @@ mod group_tests {
             x.matmul(w2.t()).unwrap(),
             x.matmul(w3.t()).unwrap(),
         ];
-        let dense = |w: &Array, bias: Option<&Array>| Linear::Dense {
-            weight: w.clone(),
-            bias: bias.cloned(),
-        };
+        let dense = |w: &Array, bias: Option<&Array>| Linear::dense(w.clone(), bias.cloned());
 
         let joined = group(vec![dense(&w1, None), dense(&w2, None), dense(&w3, None)]);
         assert!(matches!(joined, LinearGroup::Joined(..)));

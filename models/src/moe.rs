@@ -516,7 +516,7 @@ fn load_linear(weights: &mut Weights, prefix: &str, in_features: usize) -> Resul
             group_size: q.group_size,
             bits: q.bits,
         }),
-        _ => Ok(Linear::Dense { weight, bias: None }),
+        _ => Ok(Linear::dense(weight, None)),
     }
 }
 
