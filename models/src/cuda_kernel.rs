@@ -294,8 +294,16 @@ pub(crate) fn verdict(err: Result<f32>, against: &str) -> std::result::Result<f3
 }
 
 /// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
-/// the self-checks of the kernels against MLX's own ops.
+/// the self-checks of the kernels against MLX's own ops; an error when the
+/// shapes differ (no broadcasting).
 pub(crate) fn relative_error(ours: &Array, reference: &Array) -> Result<f32> {
+    if ours.shape() != reference.shape() {
+        return Err(ModelError::Mlx(format!(
+            "shape {:?} against {:?}",
+            ours.shape(),
+            reference.shape()
+        )));
+    }
     let item = |a: Array| -> Result<f32> {
         a.try_item_cast::<f32>()
             .map_err(|e| ModelError::Mlx(e.to_string()))
@@ -339,6 +347,17 @@ mod tests {
         assert_eq!(int_array(&[5]).as_slice::<i32>(), &[5, 0, 0, 0]);
         let long = [1, 2, 3, 4, 5, 6];
         assert_eq!(int_array(&long).as_slice::<i32>(), &long);
+    }
+
+    /// Equal shapes are compared; different ones are an error, even where
+    /// they would broadcast.
+    #[test]
+    fn relative_errors_need_equal_shapes() {
+        let a = Array::from_slice(&[1.0f32, 2.0, 4.0], &[3]);
+        let b = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
+        assert_eq!(relative_error(&a, &b).unwrap(), 1.0 / 3.0);
+        let row = Array::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3]);
+        assert!(relative_error(&a, &row).is_err());
     }
 
     /// Errors within the tolerance pass; above it, or a failed run, fail.
