@@ -466,8 +466,11 @@ pub struct DecodeStep {
     /// what the CUDA one-token attention kernel takes instead of a mask
     /// (models/src/cuda_attn.rs). Built on first use.
     lens: std::cell::OnceCell<Array>,
-    /// Flat write index of each (row, head) in a `[rows * heads * capacity, D]` view.
-    flat_index: Array,
+    kv_heads: usize,
+    /// Flat write index of each (row, head) in a `[rows * heads * capacity,
+    /// D]` view, for the plain graph's KV write (crate::lean). Built on
+    /// first use.
+    flat_index: std::cell::OnceCell<Array>,
     /// `0..n`, `[n]` int32: each row's index in the batch buffers.
     row_index: Array,
     kv_len: usize,
@@ -482,18 +485,13 @@ impl DecodeStep {
         let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
         debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
         let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let mut flat = Vec::with_capacity(n * kv_heads);
-        for (i, &p) in positions.iter().enumerate() {
-            for h in 0..kv_heads {
-                flat.push(((i * kv_heads + h) * shape.capacity + p) as i32);
-            }
-        }
         DecodeStep {
             shape,
             offsets: step_ints(&offsets),
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
-            flat_index: step_ints(&flat),
+            kv_heads,
+            flat_index: std::cell::OnceCell::new(),
             row_index: step_ints(&(0..n as i32).collect::<Vec<_>>()),
             positions,
             kv_len,
@@ -532,6 +530,20 @@ impl DecodeStep {
                 Some(Array::from_slice(&mask, &[n as i32, 1, 1, kv_len as i32]))
             })
             .as_ref()
+    }
+
+    /// The flat KV write index (see the field), built on the first call.
+    fn flat_index(&self) -> &Array {
+        self.flat_index.get_or_init(|| {
+            let (heads, capacity) = (self.kv_heads, self.shape.capacity);
+            let mut flat = Vec::with_capacity(self.positions.len() * heads);
+            for (i, &p) in self.positions.iter().enumerate() {
+                for h in 0..heads {
+                    flat.push(((i * heads + h) * capacity + p) as i32);
+                }
+            }
+            step_ints(&flat)
+        })
     }
 
     /// Each row's length (see the field), built on the first call.
@@ -863,6 +875,24 @@ impl BatchKv {
     /// at the flat positions `index` of both buffers, viewed as
     /// `[rows * heads * capacity, D]`, after growing them to `shape`; returns
     /// the updated buffers.
+    /// Fits the buffers to `shape` and replaces each with `write(buffer,
+    /// new)` for the keys and the values; returns the new buffers.
+    fn write_tokens(
+        &mut self,
+        shape: BatchShape,
+        keys: &Array,
+        values: &Array,
+        write: impl Fn(Array, &Array) -> Result<Array>,
+    ) -> Result<(Array, Array)> {
+        self.fit(shape, keys)?;
+        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
+        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
+        let v = write(self.values.take().ok_or_else(missing)?, values)?;
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        Ok((k, v))
+    }
+
     fn scatter_tokens(
         &mut self,
         shape: BatchShape,
@@ -871,20 +901,13 @@ impl BatchKv {
         index: &Array,
         updates: impl Fn(&Array) -> Result<Array>,
     ) -> Result<(Array, Array)> {
-        self.fit(shape, keys)?;
         let (heads, dim) = (keys.dim(1), keys.dim(3));
         let (rows, capacity) = (shape.rows as i32, shape.capacity as i32);
-        let write = |buf: Array, new: &Array| -> Result<Array> {
+        self.write_tokens(shape, keys, values, |buf, new| {
             let flat = buf.reshape(&[rows * heads * capacity, dim])?;
             let flat = scatter_single(&flat, index, &updates(new)?, 0)?;
             Ok(flat.reshape(&[rows, heads, capacity, dim])?)
-        };
-        let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
-        let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
-        let v = write(self.values.take().ok_or_else(missing)?, values)?;
-        self.keys = Some(k.clone());
-        self.values = Some(v.clone());
-        Ok((k, v))
+        })
     }
 
     fn decode_update(
@@ -899,20 +922,13 @@ impl BatchKv {
         if crate::lean::on() {
             // One scatter per buffer on its own shape, at (row, position):
             // two nodes a buffer instead of four (crate::lean).
-            self.fit(step.shape, keys)?;
             let at = [step.row_index.clone(), step.offsets.clone()];
-            let write = |buf: Array, new: &Array| -> Result<Array> {
-                let updates = new.reshape(&[n, 1, heads, 1, dim])?;
-                scatter(&buf, &at, &updates, &[0, 2])
-            };
-            let missing = || crate::error::ModelError::Mlx("KV buffer missing after fit".into());
-            let k = write(self.keys.take().ok_or_else(missing)?, keys)?;
-            let v = write(self.values.take().ok_or_else(missing)?, values)?;
-            self.keys = Some(k.clone());
-            self.values = Some(v.clone());
+            let (k, v) = self.write_tokens(step.shape, keys, values, |buf, new| {
+                scatter(&buf, &at, &new.reshape(&[n, 1, heads, 1, dim])?, &[0, 2])
+            })?;
             return Ok((k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..))));
         }
-        let (k, v) = self.scatter_tokens(step.shape, keys, values, &step.flat_index, |new| {
+        let (k, v) = self.scatter_tokens(step.shape, keys, values, step.flat_index(), |new| {
             Ok(new.reshape(&[n * heads, 1, dim])?)
         })?;
         Ok((k.index((..n, .., ..len, ..)), v.index((..n, .., ..len, ..))))
