@@ -409,12 +409,12 @@ pub struct BatchShape {
 /// `a` with `updates` written at `indices` along `axes` (MLX's `scatter`,
 /// which mlx-rs exposes for one axis only): `updates` is `[index shape...,
 /// a's shape with 1 on each indexed axis]`.
-fn scatter(a: &Array, indices: &[Array], updates: &Array, axes: &[i32]) -> Result<Array> {
+fn scatter(a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Result<Array> {
     let stream = mlx_rs::Stream::thread_local_or_default();
     // SAFETY: the index vector is made and freed here; mlx-c copies the
     // handles it keeps and writes `out` only on success.
     unsafe {
-        let ptrs: Vec<_> = indices.iter().map(Array::as_ptr).collect();
+        let ptrs: Vec<_> = indices.iter().map(|a| a.as_ptr()).collect();
         let idx = mlx_sys::mlx_vector_array_new_data(ptrs.as_ptr(), ptrs.len());
         let mut out = mlx_sys::mlx_array_new();
         let status = mlx_sys::mlx_scatter(
@@ -922,7 +922,7 @@ impl BatchKv {
         if crate::lean::on() {
             // One scatter per buffer on its own shape, at (row, position):
             // two nodes a buffer instead of four (crate::lean).
-            let at = [step.row_index.clone(), step.offsets.clone()];
+            let at = [&step.row_index, &step.offsets];
             let (k, v) = self.write_tokens(step.shape, keys, values, |buf, new| {
                 scatter(&buf, &at, &new.reshape(&[n, 1, heads, 1, dim])?, &[0, 2])
             })?;

@@ -133,7 +133,8 @@ fn apply(y: &Array, width: i32, rows: i32) -> Result<Array> {
 }
 
 /// MLX's ops for the same thing: the two halves as slices, then the
-/// compiled SwiGLU.
+/// compiled SwiGLU (the self-check's reference, and what the MLP runs where
+/// the kernel does not take the product).
 pub fn reference(y: &Array, width: i32) -> Result<Array> {
     let gate = y.index((mlx_rs::ops::indexing::Ellipsis, ..width));
     let up = y.index((mlx_rs::ops::indexing::Ellipsis, width..));

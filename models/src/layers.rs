@@ -767,25 +767,22 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        if let (LinearGroup::Joined(linear, widths), true) = (&self.gate_up, crate::lean::on()) {
-            // One node for the SwiGLU of the joined product instead of two
-            // slices and the SwiGLU, where the kernel takes it.
-            let y = linear.forward(x)?;
-            let fused = match widths[..] {
-                [gate, up] if gate == up => crate::cuda_swiglu::joined(&y, gate)?,
-                _ => None,
-            };
-            let h = match fused {
-                Some(h) => h,
-                None => {
-                    let parts = split(&y, widths);
-                    crate::fused::swiglu(&parts[0], &parts[1])?
+        let h = match (&self.gate_up, crate::lean::on()) {
+            // The SwiGLU of the joined product: one kernel where it takes
+            // it, instead of two slices and the SwiGLU (crate::lean).
+            (LinearGroup::Joined(linear, widths), true) if matches!(widths[..], [g, u] if g == u) =>
+            {
+                let y = linear.forward(x)?;
+                match crate::cuda_swiglu::joined(&y, widths[0])? {
+                    Some(h) => h,
+                    None => crate::cuda_swiglu::reference(&y, widths[0])?,
                 }
-            };
-            return self.down_proj.forward(&h);
-        }
-        let gate_up = self.gate_up.forward(x)?;
-        let h = crate::fused::swiglu(&gate_up[0], &gate_up[1])?;
+            }
+            _ => {
+                let gate_up = self.gate_up.forward(x)?;
+                crate::fused::swiglu(&gate_up[0], &gate_up[1])?
+            }
+        };
         self.down_proj.forward(&h)
     }
 
