@@ -147,28 +147,71 @@ pub enum Kernel {
     /// As [`Kernel::Warp`], but each warp computes four adjacent output
     /// columns from one load of the activations (up to 8 rows).
     Warp4,
+    /// [`Kernel::Warp4`] with K split among 2, 4 or 8 warps of a block
+    /// (`Split4(s)`; 0: as many as a matrix with few output columns needs
+    /// to fill the GPU, see [`auto_split`]), partial sums added in shared
+    /// memory (up to 8 rows).
+    Split4(u8),
+}
+
+/// Warps a [`Kernel::Split4`] launch of automatic split aims at: 4 096
+/// is ~31 per SM of an H200 (132 SMs), where one warp per four columns of
+/// an 8B model's down projection gives 1 024.
+const SPLIT_TARGET_WARPS: i32 = 4096;
+
+/// The K split of [`Kernel::Split4`]`(0)` for `n` output columns: the
+/// fewest warps per group of four columns, of 1, 2, 4 or 8, that give the
+/// launch [`SPLIT_TARGET_WARPS`] warps.
+pub fn auto_split(n: i32) -> i32 {
+    let groups = (n + WARP4_COLS - 1) / WARP4_COLS;
+    let mut s = 1;
+    while s < WARPS && groups * s < SPLIT_TARGET_WARPS {
+        s *= 2;
+    }
+    s
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 3] = [Kernel::Warp, Kernel::Warp4, Kernel::Mma];
+    pub const ALL: [Kernel; 4] = [Kernel::Warp, Kernel::Warp4, Kernel::Split4(0), Kernel::Mma];
+
+    /// The fixed splits [`Kernel::parse`] takes besides [`Kernel::ALL`].
+    const FIXED_SPLITS: [Kernel; 3] = [Kernel::Split4(2), Kernel::Split4(4), Kernel::Split4(8)];
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Warp => "warp",
             Kernel::Mma => "mma",
             Kernel::Warp4 => "warp4",
+            Kernel::Split4(2) => "split4x2",
+            Kernel::Split4(4) => "split4x4",
+            Kernel::Split4(8) => "split4x8",
+            Kernel::Split4(_) => "split4",
         }
     }
 
-    /// `warp`, `warp4` or `mma` (its [`name`](Kernel::name)).
+    /// `warp`, `warp4`, `split4` (automatic split), `split4x2`, `split4x4`,
+    /// `split4x8` or `mma` (its [`name`](Kernel::name)).
     pub fn parse(s: &str) -> Option<Kernel> {
-        Kernel::ALL.into_iter().find(|k| k.name() == s)
+        Kernel::ALL
+            .into_iter()
+            .chain(Kernel::FIXED_SPLITS)
+            .find(|k| k.name() == s)
     }
 
     pub fn max_rows(self) -> usize {
         match self {
-            Kernel::Warp | Kernel::Warp4 => WARP_KERNEL_MAX_ROWS,
+            Kernel::Warp | Kernel::Warp4 | Kernel::Split4(_) => WARP_KERNEL_MAX_ROWS,
             Kernel::Mma => MAX_ROWS,
+        }
+    }
+
+    /// Warps that share a group of output columns, splitting K (1 but for
+    /// [`Kernel::Split4`]).
+    fn split(self, n: i32) -> i32 {
+        match self {
+            Kernel::Split4(0) => auto_split(n),
+            Kernel::Split4(s) => i32::from(s),
+            _ => 1,
         }
     }
 
@@ -176,17 +219,17 @@ impl Kernel {
     /// loads; the tensor-core kernel reads 32 elements of K per step).
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
-            Kernel::Warp | Kernel::Warp4 => 8,
+            Kernel::Warp | Kernel::Warp4 | Kernel::Split4(_) => 8,
             Kernel::Mma => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
     }
 
-    /// Output columns one thread block computes.
-    fn cols_per_block(self) -> i32 {
+    /// Output columns one thread block computes for `n` in all.
+    fn cols_per_block(self, n: i32) -> i32 {
         match self {
             Kernel::Warp => WARPS,
-            Kernel::Warp4 => WARPS * WARP4_COLS,
+            Kernel::Warp4 | Kernel::Split4(_) => WARPS / self.split(n) * WARP4_COLS,
             Kernel::Mma => MMA_COLS,
         }
     }
@@ -389,21 +432,29 @@ const SOURCE: &str = r#"
     }
 "#;
 
-/// `y = x W^T` on CUDA cores for `ROWS <= 8`: one warp per `C` adjacent
-/// output columns. Lane `l` takes the 16-byte chunks `l, l + 32, ...` of K:
-/// it loads each chunk of the activation rows once and multiplies it with
-/// the same chunk of all `C` weight rows (streamed past L1), so the
-/// activations are read once per `C` columns instead of once per column.
-/// f32 accumulators, a warp-shuffle reduction per (row, column); lane
-/// `m C + c` writes output (m, c).
+/// `y = x W^T` on CUDA cores for `ROWS <= 8`: `C` adjacent output columns
+/// per group of `S = dims[2]` warps (`S` divides the block's `NW` warps).
+/// Lane `l` of slice `s` of a group takes the 16-byte chunks `32 s + l`,
+/// `32 (s + S) + l`, ... of K: it loads each chunk of the activation rows
+/// once and multiplies it with the same chunk of all `C` weight rows
+/// (streamed past L1), so the activations are read once per `C` columns
+/// instead of once per column. f32 accumulators, a warp-shuffle reduction
+/// per (row, column); lane `m C + c` holds output (m, c). With `S = 1` it
+/// writes it; otherwise the group's `S` partial sums meet in shared memory.
+/// Splitting K gives a matrix with few output columns (the 4096 of an 8B
+/// model's down and o projections: 128 blocks of one group per warp on
+/// 132 SMs) enough warps in flight to keep the memory busy.
 const WARP4_SOURCE: &str = r#"
     const int N = dims[0];
     const int VECS = dims[1] / 8;
+    const int S = dims[2];
     const int lane = threadIdx.x & 31;
-    const int col0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * C;
-    if (col0 >= N) {
-        return;
-    }
+    const int warp = threadIdx.x >> 5;
+    const int groups = NW / S;
+    const int slice = warp % S;
+    const int col0 = (blockIdx.x * groups + warp / S) * C;
+    // A group past the last column still reaches the barrier below.
+    const int end = col0 < N ? VECS : 0;
     const uint4* wr[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -419,7 +470,7 @@ const WARP4_SOURCE: &str = r#"
         }
     }
 #pragma unroll 2
-    for (int i = lane; i < VECS; i += 32) {
+    for (int i = slice * 32 + lane; i < end; i += 32 * S) {
         uint4 wq[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) {
@@ -444,6 +495,7 @@ const WARP4_SOURCE: &str = r#"
             }
         }
     }
+    __shared__ float part[NW][ROWS * C];
 #pragma unroll
     for (int m = 0; m < ROWS; ++m) {
 #pragma unroll
@@ -453,9 +505,33 @@ const WARP4_SOURCE: &str = r#"
             for (int o = 16; o > 0; o >>= 1) {
                 v += __shfl_xor_sync(0xffffffffu, v, o);
             }
-            if (lane == ((m * C + c) & 31) && col0 + c < N) {
-                y[(size_t)m * N + col0 + c] = T(v);
+            if (lane == ((m * C + c) & 31)) {
+                if (S == 1) {
+                    if (col0 + c < N) {
+                        y[(size_t)m * N + col0 + c] = T(v);
+                    }
+                } else {
+                    part[warp][m * C + c] = v;
+                }
             }
+        }
+    }
+    if (S == 1) {
+        return;
+    }
+    __syncthreads();
+    const int tid = threadIdx.x;
+    if (tid < groups * ROWS * C) {
+        const int g = tid / (ROWS * C);
+        const int e = tid % (ROWS * C);
+        const int m = e / C;
+        const int col = (blockIdx.x * groups + g) * C + e % C;
+        float v = 0.0f;
+        for (int q = 0; q < S; ++q) {
+            v += part[g * S + q][e];
+        }
+        if (col < N) {
+            y[(size_t)m * N + col] = T(v);
         }
     }
 "#;
@@ -519,8 +595,9 @@ fn launch(
     k: i32,
     out_shape: &[i32],
 ) -> Result<Array> {
-    let dims = int_array(&[n, k]);
-    let blocks = (n + kind.cols_per_block() - 1) / kind.cols_per_block();
+    let dims = int_array(&[n, k, kind.split(n)]);
+    let cols = kind.cols_per_block(n);
+    let blocks = (n + cols - 1) / cols;
     let launch = LaunchDims {
         grid: (blocks * WARPS * 32, 1, 1),
         block: (WARPS * 32, 1, 1),
@@ -530,7 +607,7 @@ fn launch(
         ("ROWS", TemplateArg::Int(rows)),
         ("NW", TemplateArg::Int(WARPS)),
     ];
-    if kind == Kernel::Warp4 {
+    if matches!(kind, Kernel::Warp4 | Kernel::Split4(_)) {
         template.push(("C", TemplateArg::Int(WARP4_COLS)));
     }
     let run = |kernel: &CudaKernel| {
@@ -538,7 +615,8 @@ fn launch(
     };
     let mut out = match kind {
         Kernel::Warp => WARP_KERNEL.with(run),
-        Kernel::Warp4 => WARP4_KERNEL.with(run),
+        // One module for both: the split is read from `dims`.
+        Kernel::Warp4 | Kernel::Split4(_) => WARP4_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
     }?;
     Ok(out.remove(0))
@@ -573,12 +651,21 @@ pub fn disable() {
 }
 
 /// Largest relative error against MLX's matmul over every row count, on
-/// shapes whose N is not a multiple of a block's columns and whose K is not
-/// a multiple of a block's step, in bf16 and f16.
+/// shapes whose N is not a multiple of a block's (or a warp's) columns and
+/// whose K is not a multiple of a block's step, in bf16 and f16. The
+/// automatic split is checked at every split it can pick (these shapes
+/// alone would give it 8).
 fn self_check(kernel: Kernel, min: usize, max: usize) -> Result<f32> {
+    if kernel == Kernel::Split4(0) {
+        let mut worst = 0.0f32;
+        for k in [Kernel::Warp4].into_iter().chain(Kernel::FIXED_SPLITS) {
+            worst = worst.max(self_check(k, min, max)?);
+        }
+        return Ok(worst);
+    }
     let mut worst = 0.0f32;
     for (n, k, dtype) in [
-        (1000, 544, Dtype::Bfloat16),
+        (1003, 544, Dtype::Bfloat16),
         (96, 4096, Dtype::Bfloat16),
         (40, 2080, Dtype::Float16),
     ] {
@@ -670,6 +757,37 @@ mod tests {
     }
 
     #[test]
+    fn split_kernels_parse_and_split_k_where_columns_are_few() {
+        assert_eq!(Kernel::parse("split4"), Some(Kernel::Split4(0)));
+        assert_eq!(Kernel::parse("split4x4"), Some(Kernel::Split4(4)));
+        assert_eq!(Kernel::parse("split4x3"), None);
+        for k in Kernel::ALL.into_iter().chain(Kernel::FIXED_SPLITS) {
+            assert_eq!(Kernel::parse(k.name()), Some(k));
+        }
+        // Qwen3-8B: gate/up (24 576 columns) and the lm_head have warps
+        // enough; q/k/v (6 144), o and down (4 096) split K four ways; the
+        // MoE's small projections eight.
+        assert_eq!(auto_split(24576), 1);
+        assert_eq!(auto_split(151936), 1);
+        assert_eq!(auto_split(6144), 4);
+        assert_eq!(auto_split(4096), 4);
+        assert_eq!(auto_split(12288), 2);
+        assert_eq!(auto_split(2048), 8);
+        assert_eq!(auto_split(64), 8);
+        // Columns per block: 8 warps / split, 4 columns each.
+        assert_eq!(Kernel::Split4(0).cols_per_block(4096), 8);
+        assert_eq!(Kernel::Split4(8).cols_per_block(151936), 4);
+        assert_eq!(Kernel::Split4(0).cols_per_block(24576), 32);
+        assert_eq!(Kernel::Split4(0).max_rows(), 8);
+        let r = Route::parse_list("split4:2-4,mma:5-16:32").unwrap();
+        assert_eq!(
+            pick(&r, 3, 4096, 12288, Dtype::Bfloat16),
+            Some(Kernel::Split4(0))
+        );
+        assert!(Route::parse_list("split4:1-9").is_err());
+    }
+
+    #[test]
     fn bare_ranges_mean_the_warp_kernel_and_bad_routes_are_refused() {
         assert_eq!(
             Route::parse_list("2-4").unwrap(),
@@ -689,7 +807,7 @@ mod tests {
         assert_eq!(pick(&w4, 6, 4096, 4096, bf16), Some(Kernel::Mma));
         assert_eq!(pick(&w4, 6, 24576, 4096, bf16), None);
         assert_eq!(pick(&w4, 1, 24576, 4096, bf16), None);
-        assert_eq!(Kernel::Warp4.cols_per_block(), 32);
+        assert_eq!(Kernel::Warp4.cols_per_block(4096), 32);
         for bad in [
             "warp:0-2",
             "warp:3-2",
