@@ -148,19 +148,17 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
 }
 
 /// Routes used on MLX's CUDA backend unless `HEARTH_CUDA_GEMV` names others:
-/// MLX's GEMV for one row; at 2–4 rows the `warp4` kernel on every weight
-/// (the lm_head included); at 5–16 rows tensor cores on weights up to 32 MiB
-/// and cuBLAS above. A server's decode step is bound by the engine thread's
-/// host work, and MLX sets up every cuBLAS call anew on the host
-/// (descriptors, an algorithm query, a workspace): at 4 rows taking all 109
-/// products of a dense 8B step off cuBLAS cut MLX's evaluation by ~1.1 ms a
-/// step, and the step by ~4%, pooled over three server processes (against
-/// five with the old route) in two H200 runs
-/// (bench/results/h200-2026-12-03-s16.md; at 2 rows warp4 is also faster
-/// than `mma`, the lm_head 297 against 342 µs). Those gains are within the
-/// spread between identical servers, so they are pooled figures, not one
-/// run's (docs/cuda.md).
-pub const DEFAULT_CUDA_GEMV: &str = "warp4:2-4,mma:5-16:32";
+/// MLX's GEMV for one row; at 2–4 rows the `split4` kernel on every weight
+/// (the lm_head included): `warp4` with K split among the warps of a block
+/// where a matrix has too few output columns to fill the GPU (an 8B model's
+/// q/k/v, o and down projections split four ways, gate/up and the lm_head
+/// not at all); at 5–16 rows tensor cores on weights up to 32 MiB and
+/// cuBLAS above. A server's decode step is bound by the engine thread's
+/// host work, and MLX sets up every cuBLAS call anew on the host, so every
+/// product of a 2–4 row step stays off cuBLAS (bench/results/h200-2026-12-03-s16.md);
+/// splitting K then shortened the in-process 2-row step by ~10% against
+/// plain `warp4` on the H200 (bench/results/h200-2026-12-04.md, docs/cuda.md).
+pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
 /// on other devices); each is checked against MLX on the device (the GEMV
@@ -453,11 +451,15 @@ mod tests {
         assert_eq!(pick(&routes, 1, 4096, 4096, bf16), None);
         assert_eq!(pick(&routes, 1, 151936, 4096, bf16), None);
         // 2–4 rows: every Qwen3-8B matrix, the joined q/k/v (48 MiB) and the
-        // 1.2 GB lm_head included, goes to warp4.
+        // 1.2 GB lm_head included, goes to split4 (automatic split).
         for rows in 2..=4 {
-            assert_eq!(pick(&routes, rows, 4096, 4096, bf16), Some(Kernel::Warp4));
-            assert_eq!(pick(&routes, rows, 6144, 4096, bf16), Some(Kernel::Warp4));
-            assert_eq!(pick(&routes, rows, 151936, 4096, bf16), Some(Kernel::Warp4));
+            for n in [4096, 6144, 24576, 151936] {
+                assert_eq!(pick(&routes, rows, n, 4096, bf16), Some(Kernel::Split4(0)));
+            }
+            assert_eq!(
+                pick(&routes, rows, 4096, 12288, bf16),
+                Some(Kernel::Split4(0))
+            );
         }
         // 5–16 rows: tensor cores up to 32 MiB, cuBLAS above.
         assert_eq!(pick(&routes, 5, 4096, 4096, bf16), Some(Kernel::Mma));
