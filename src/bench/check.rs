@@ -14,7 +14,11 @@
 //! ([`TokenSource::Usage`], verified); if it does not, or is missing, the
 //! harness falls back to the lower bound ([`TokenSource::Text`]) and flags
 //! the response. `--count text` ([`CountPolicy::Text`]) always uses the lower
-//! bound. Either way a server's claim alone never sets a tok/s figure.
+//! bound. Either way a server's claim alone never sets a tok/s figure. The
+//! whole-text count bounds only text the tokenizer would itself produce:
+//! sampled tokens (the random ones of dummy weights above all) can re-encode
+//! longer, so a `usage` below it that one content event per token confirms
+//! is counted, the smaller count ([`FlagKind::RetokenizationSurplus`]).
 //!
 //! The number of content events is checked against the count too: more
 //! events than tokens means text is split below token size (per-event rates
@@ -62,6 +66,9 @@ pub enum FlagKind {
     SingleChunk,
     /// The whole received text re-encodes to noticeably fewer tokens.
     RetokenizationGap,
+    /// The whole received text re-encodes to more tokens than `usage`, which
+    /// one content event per token confirms: the smaller count is used.
+    RetokenizationSurplus,
     PromptMismatch,
     ShortGeneration,
     NotStreamed,
@@ -81,6 +88,7 @@ impl FlagKind {
             | FlagKind::OverGeneration
             | FlagKind::SingleChunk => Severity::Mismatch,
             FlagKind::RetokenizationGap
+            | FlagKind::RetokenizationSurplus
             | FlagKind::PromptMismatch
             | FlagKind::ShortGeneration
             | FlagKind::NotStreamed => Severity::Warning,
@@ -215,9 +223,29 @@ pub fn cross_check(record: &StreamRecord, counts: TextCounts, expect: &Expectati
             ),
         ));
     }
-    let verified = usage.filter(|&u| {
-        u + tolerance.allowed(lower) >= lower && u <= upper + tolerance.allowed(upper)
-    });
+    let events = record.content_times.len();
+    let within = |u: usize| u + tolerance.allowed(lower) >= lower;
+    let below_upper = |u: usize| u <= upper + tolerance.allowed(upper);
+    // Below the whole-text count, but no fewer than the content events (each
+    // carries at least one token): a sequence of sampled tokens need not be
+    // the tokenizer's own encoding of its text (random tokens of dummy
+    // weights cross pre-tokenizer boundaries and re-encode longer), so the
+    // whole-text count is a lower bound only for text the tokenizer would
+    // produce. Counting `usage` then takes the smaller of the two counts:
+    // it cannot inflate a rate.
+    let surplus =
+        |u: usize| !within(u) && below_upper(u) && u + tolerance.allowed(u) >= events && u > 0;
+    let verified = usage.filter(|&u| (within(u) && below_upper(u)) || surplus(u));
+    if let Some(u) = usage.filter(|&u| surplus(u)) {
+        flags.push(Flag::new(
+            FlagKind::RetokenizationSurplus,
+            format!(
+                "the received text re-encodes to {lower} tokens, more than the {u} \
+                 generated that {events} content events confirm: sampled tokens that are \
+                 not the tokenizer's own encoding (normal for dummy weights); counted {u}"
+            ),
+        ));
+    }
     match (usage, verified) {
         (Some(u), None) => flags.push(Flag::new(
             FlagKind::UsageMismatch,
@@ -258,7 +286,6 @@ pub fn cross_check(record: &StreamRecord, counts: TextCounts, expect: &Expectati
             ),
         ));
     }
-    let events = record.content_times.len();
     if events > tokens + tolerance.allowed(tokens) {
         flags.push(Flag::new(
             FlagKind::ChunkSurplus,
@@ -392,10 +419,18 @@ mod tests {
         assert!(kinds(&c).contains(&FlagKind::ReplacementChars));
         assert!(!kinds(&c).contains(&FlagKind::UsageMismatch));
         // Counted as the tokenizer encodes it, U+FFFD would put the lower
-        // bound (15) far above the 7 tokens generated: a false mismatch.
+        // bound (15) far above the 7 tokens generated: only the seven events
+        // would then confirm the usage (a retokenization surplus) ...
         let naive = counts(chars(text).unwrap(), 15);
         let c = cross_check(&record(7, Some(7), Some(110)), naive, &expect(7));
+        assert!(kinds(&c).contains(&FlagKind::RetokenizationSurplus));
+        assert_eq!(c.tokens, 7);
+        // ... and a usage below the events a mismatch.
+        let c = cross_check(&record(7, Some(4), Some(110)), naive, &expect(7));
         assert!(kinds(&c).contains(&FlagKind::UsageMismatch));
+        // (Within the true bounds, it is more events than tokens.)
+        let c = cross_check(&record(7, Some(4), Some(110)), m, &expect(7));
+        assert!(kinds(&c).contains(&FlagKind::ChunkSurplus));
     }
 
     fn kinds(checked: &Checked) -> Vec<FlagKind> {
@@ -439,6 +474,49 @@ mod tests {
         );
         assert!(kinds(&c).contains(&FlagKind::UsageMismatch));
         assert_eq!(c.tokens, 64);
+    }
+
+    #[test]
+    fn text_that_re_encodes_longer_than_the_tokens_sent_counts_the_usage() {
+        // 256 random tokens, one per event, whose text re-encodes to 273
+        // (seen for every server on dummy weights at 8–16 streams).
+        let c = cross_check(
+            &record(256, Some(256), Some(110)),
+            counts(273, 290),
+            &expect(256),
+        );
+        assert_eq!((c.tokens, c.source), (256, TokenSource::Usage));
+        assert_eq!(kinds(&c), [FlagKind::RetokenizationSurplus]);
+        assert_eq!(c.flags[0].severity, Severity::Warning);
+        // Fewer tokens claimed than events received: a mismatch, counted
+        // from the text.
+        let c = cross_check(
+            &record(256, Some(200), Some(110)),
+            counts(273, 290),
+            &expect(256),
+        );
+        assert!(kinds(&c).contains(&FlagKind::UsageMismatch));
+        assert!(!kinds(&c).contains(&FlagKind::RetokenizationSurplus));
+        assert_eq!((c.tokens, c.source), (273, TokenSource::Text));
+        // Above the per-event bound stays a mismatch too.
+        let c = cross_check(
+            &record(256, Some(400), Some(110)),
+            counts(273, 290),
+            &expect(400),
+        );
+        assert!(kinds(&c).contains(&FlagKind::UsageMismatch));
+        assert!(!kinds(&c).contains(&FlagKind::RetokenizationSurplus));
+        // The strict policy still counts the whole text.
+        let strict = Expectation {
+            policy: CountPolicy::Text,
+            ..expect(256)
+        };
+        let c = cross_check(
+            &record(256, Some(256), Some(110)),
+            counts(273, 290),
+            &strict,
+        );
+        assert_eq!((c.tokens, c.source), (273, TokenSource::Text));
     }
 
     #[test]

@@ -820,8 +820,8 @@ fn render_markdown(report: &Report) -> String {
     let _ = writeln!(md, "\n## Token accounting\n");
     let _ = writeln!(
         md,
-        "Generated tokens are counted from the received text with the model's tokenizer (whole text: a lower bound; event by event: an upper bound). \
-         The server's `usage` is used only when it falls within those bounds; content events are checked against the count (docs/bench.md).\n"
+        "Generated tokens are counted from the received text with the model's tokenizer (whole text: a lower bound for text the tokenizer would produce; event by event: an upper bound). \
+         The server's `usage` is used only when it falls within those bounds, or below the whole text but confirmed by one content event per token (the smaller count); content events are checked against the count (docs/bench.md).\n"
     );
     for s in &report.summaries {
         let verdict = if s.suspect {
