@@ -155,9 +155,12 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
 /// not at all); at 5–16 rows tensor cores on weights up to 32 MiB and
 /// cuBLAS above. A server's decode step is bound by the engine thread's
 /// host work, and MLX sets up every cuBLAS call anew on the host, so every
-/// product of a 2–4 row step stays off cuBLAS (bench/results/h200-2026-12-03-s16.md);
-/// splitting K then shortened the in-process 2-row step by ~10% against
-/// plain `warp4` on the H200 (bench/results/h200-2026-12-04.md, docs/cuda.md).
+/// product of a 2–4 row step stays off cuBLAS (bench/results/h200-2026-12-03-s16.md).
+/// Against plain `warp4`, splitting K shortened the dense 8B in-process step
+/// by 10–12% at 2 rows and 5% at 4 (two runs) and lengthened the MoE's by
+/// 5–8% (one run); the servers were faster with it at 2–4 streams in all
+/// three A/Bs (bench/results/h200-2026-12-04.md, docs/cuda.md). At 6–8 rows
+/// it is slower than cuBLAS on the large weights (GPU time), so those stay.
 pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 
 /// On MLX's CUDA backend, puts Hearth's kernels in force (nothing happens
