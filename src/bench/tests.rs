@@ -32,6 +32,10 @@ struct Fake {
     split_words: bool,
     /// Omit the usage chunk.
     no_usage: bool,
+    /// Each event (one token in usage) holds two words: a sampled token
+    /// whose text the tokenizer encodes longer, as random tokens of dummy
+    /// weights often are.
+    word_pairs: bool,
 }
 
 async fn models() -> Json<Value> {
@@ -52,7 +56,11 @@ async fn chat(State(fake): State<Arc<Fake>>, Json(body): Json<Value>) -> Respons
         ),
     ];
     for i in 0..max_tokens {
-        let word = format!(" {}", words[i % words.len()]);
+        let word = if fake.word_pairs {
+            format!(" {} {}", words[i % words.len()], words[(i + 1) % words.len()])
+        } else {
+            format!(" {}", words[i % words.len()])
+        };
         let pieces: Vec<String> = if fake.split_words {
             word.chars().map(String::from).collect()
         } else {
@@ -277,4 +285,29 @@ fn run_future_is_send() {
     let config = BenchConfig::preset(Preset::Quick, Vec::new());
     let future = super::run(config);
     assert_send(&future);
+}
+
+#[tokio::test]
+async fn text_that_re_encodes_longer_counts_the_confirmed_usage() {
+    let tokenizer = tokenizer_file();
+    let addr = serve(Fake {
+        word_pairs: true,
+        ..Fake::default()
+    })
+    .await;
+    let mut config = small_config(&[("pairs", addr)], tokenizer.path());
+    config.interference = None;
+    config.repeats = 1;
+    let report = super::run(config).await.unwrap();
+    let summary = report.summary("pairs").unwrap();
+    let kinds: Vec<FlagKind> = summary.flags.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&FlagKind::RetokenizationSurplus), "{kinds:?}");
+    assert!(!kinds.contains(&FlagKind::UsageMismatch), "{kinds:?}");
+    assert!(!summary.suspect);
+    // The smaller count, usage (one token an event), not the re-encoding.
+    assert!(!report.samples.is_empty());
+    for s in &report.samples {
+        assert_eq!(s.tokens, s.max_tokens);
+        assert_eq!(s.text_tokens, 2 * s.max_tokens);
+    }
 }
