@@ -57,7 +57,11 @@ async fn chat(State(fake): State<Arc<Fake>>, Json(body): Json<Value>) -> Respons
     ];
     for i in 0..max_tokens {
         let word = if fake.word_pairs {
-            format!(" {} {}", words[i % words.len()], words[(i + 1) % words.len()])
+            format!(
+                " {} {}",
+                words[i % words.len()],
+                words[(i + 1) % words.len()]
+            )
         } else {
             format!(" {}", words[i % words.len()])
         };
@@ -301,7 +305,10 @@ async fn text_that_re_encodes_longer_counts_the_confirmed_usage() {
     let report = super::run(config).await.unwrap();
     let summary = report.summary("pairs").unwrap();
     let kinds: Vec<FlagKind> = summary.flags.iter().map(|f| f.kind).collect();
-    assert!(kinds.contains(&FlagKind::RetokenizationSurplus), "{kinds:?}");
+    assert!(
+        kinds.contains(&FlagKind::RetokenizationSurplus),
+        "{kinds:?}"
+    );
     assert!(!kinds.contains(&FlagKind::UsageMismatch), "{kinds:?}");
     assert!(!summary.suspect);
     // The smaller count, usage (one token an event), not the re-encoding.
