@@ -233,10 +233,9 @@ pub fn cross_check(record: &StreamRecord, counts: TextCounts, expect: &Expectati
     // whole-text count is a lower bound only for text the tokenizer would
     // produce. Counting `usage` then takes the smaller of the two counts:
     // it cannot inflate a rate.
-    let surplus =
-        |u: usize| !within(u) && below_upper(u) && u + tolerance.allowed(u) >= events && u > 0;
-    let verified = usage.filter(|&u| (within(u) && below_upper(u)) || surplus(u));
-    if let Some(u) = usage.filter(|&u| surplus(u)) {
+    let confirmed_by_events = |u: usize| u > 0 && u + tolerance.allowed(u) >= events;
+    let verified = usage.filter(|&u| below_upper(u) && (within(u) || confirmed_by_events(u)));
+    if let Some(u) = verified.filter(|&u| !within(u)) {
         flags.push(Flag::new(
             FlagKind::RetokenizationSurplus,
             format!(
