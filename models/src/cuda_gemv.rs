@@ -258,7 +258,7 @@ HEARTH_MMA(__half, "f16")
 /// Device helper of [`WARP4_SOURCE`]: 16 bytes of a weight row, read once,
 /// through the non-coherent path and not kept in L1, which then holds the
 /// activations that every warp of the block reads.
-const STREAM_HEADER: &str = r#"
+pub(crate) const STREAM_HEADER: &str = r#"
 static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"

@@ -15,6 +15,7 @@ pub mod chat_template;
 pub mod config;
 pub mod cuda_attn;
 pub mod cuda_delta;
+pub mod cuda_experts;
 pub mod cuda_gemv;
 mod cuda_kernel;
 pub mod cuda_moe;

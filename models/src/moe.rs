@@ -340,8 +340,23 @@ impl SwitchGlu {
         })
     }
 
-    /// `x: [B, L, hidden]`, `indices: [B, L, k]` → `[B, L, k, hidden]`.
+    /// `x: [B, L, hidden]`, `indices: [B, L, k]` → `[B, L, k, hidden]`:
+    /// at decode sizes on CUDA two kernels of [`crate::cuda_experts`] where
+    /// they are in force, else [`SwitchGlu::forward_ops`].
     fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+        if let (SwitchLinear::Dense(g), SwitchLinear::Dense(u), SwitchLinear::Dense(d)) =
+            (&self.gate_proj, &self.up_proj, &self.down_proj)
+        {
+            let reference = |x: &Array, idx: &Array| self.forward_ops(x, idx);
+            if let Some(y) = crate::cuda_experts::glu(x, indices, g, u, d, reference)? {
+                return Ok(y);
+            }
+        }
+        self.forward_ops(x, indices)
+    }
+
+    /// [`SwitchGlu::forward`] with MLX's gathered matmuls.
+    fn forward_ops(&self, x: &Array, indices: &Array) -> Result<Array> {
         let x = x.expand_dims_axes(&[-2, -3])?; // [B, L, 1, 1, H]
         let sort = indices.size() as i32 >= self.sort_min;
         let (x, idx, inv_order) = if sort {
