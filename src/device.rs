@@ -195,6 +195,10 @@ pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 /// - a sparse MoE block's router (softmax, top k, renormalisation) and its
 ///   weighted sum of experts, one kernel each (models/src/cuda_moe.rs):
 ///   `HEARTH_CUDA_MOE=on|off` ([`DEFAULT_CUDA_MOE`]).
+/// - a sparse MoE block's routed experts at decode sizes, gate/up with the
+///   SwiGLU and down, each expert read once for all its tokens
+///   (models/src/cuda_experts.rs): `HEARTH_CUDA_EXPERTS=on|off|MIN-MAX`
+///   token rows ([`DEFAULT_CUDA_EXPERTS`]).
 ///
 /// Call it on the thread that runs the model: MLX's stream and the kernel
 /// handles are per thread.
@@ -259,6 +263,33 @@ pub fn enable_cuda_kernels() {
         cuda_moe::enable,
         cuda_moe::disable,
     );
+    enable_cuda_experts();
+}
+
+/// Token rows whose MoE experts run as Hearth's two kernels unless
+/// `HEARTH_CUDA_EXPERTS` (`on`, `off` or `MIN-MAX`) says otherwise
+/// (models/src/cuda_experts.rs): every decode size they take.
+pub const DEFAULT_CUDA_EXPERTS: &str = "1-16";
+
+fn enable_cuda_experts() {
+    use hearth_models::cuda_experts;
+    let setting =
+        std::env::var("HEARTH_CUDA_EXPERTS").unwrap_or_else(|_| DEFAULT_CUDA_EXPERTS.into());
+    match cuda_experts::parse_rows(&setting) {
+        Ok(Some((min, max))) => {
+            tracing::info!(
+                min_rows = min,
+                max_rows = max,
+                "moe experts kernels enabled"
+            );
+            cuda_experts::enable(min, max);
+        }
+        Ok(None) => cuda_experts::disable(),
+        Err(e) => {
+            tracing::warn!(%setting, error = %e, "HEARTH_CUDA_EXPERTS: moe experts kernels off");
+            cuda_experts::disable();
+        }
+    }
 }
 
 /// A kernel's `on`/`off` switch: `var`, or `default` when it is unset; an

@@ -1,5 +1,5 @@
 """Compiles Hearth's CUDA kernels (models/src/cuda_gemv.rs, cuda_attn.rs, cuda_qk.rs,
-cuda_norm.rs, cuda_delta.rs, cuda_moe.rs, cuda_swiglu.rs) with NVRTC the way
+cuda_norm.rs, cuda_delta.rs, cuda_moe.rs, cuda_swiglu.rs, cuda_experts.rs) with NVRTC the way
 MLX's custom-kernel API does, for sm_90a, without a GPU: catches compile
 errors before a device call and prints ptxas' register/spill report.
 
@@ -22,7 +22,7 @@ import sys
 
 site = pathlib.Path(sys.argv[1])
 srcdir = pathlib.Path(__file__).resolve().parents[2] / "models/src"
-sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs", "cuda_delta.rs", "cuda_moe.rs", "cuda_swiglu.rs"]}
+sources = {f: (srcdir / f).read_text() for f in ["cuda_gemv.rs", "cuda_attn.rs", "cuda_qk.rs", "cuda_norm.rs", "cuda_delta.rs", "cuda_moe.rs", "cuda_swiglu.rs", "cuda_experts.rs"]}
 
 
 def const(file, name):
@@ -79,6 +79,15 @@ kernels = [
      "const {T}* y, const {T}* scores, const {T}* shared, const {T}* sgate, {T}* out",
      [f"constexpr int K = {k}; constexpr int H = {h}; constexpr int SHARED = {s};"
       for k, h in ((8, 2048), (8, 4096)) for s in (0, 1)]),
+    # MoE experts (Qwen3.5-35B-A3B: 256 experts, top 8, hidden 2048, expert width 512; Qwen3-30B-A3B: 128, 2048, 768):
+    # the gate/up+SwiGLU kernel (GLU=1, C=4) and the down kernel (GLU=0, C=8)
+    ("hearth_experts", const("cuda_experts.rs", "SOURCE"), const("cuda_gemv.rs", "STREAM_HEADER"),
+     "const {T}* x, const uint32_t* inds, const {T}* wg, const {T}* wu, const int32_t* dims, {T}* y",
+     [f"constexpr int E = {e}; constexpr int K = 8; constexpr int H = {h}; constexpr int O = {o}; "
+      f"constexpr int C = {c}; constexpr int NW = 8; constexpr int MAXP = 256; constexpr int PCH = 4; "
+      f"constexpr int GLU = {g}; constexpr int XPAIR = {1 - g};"
+      for e, hid, mid in ((256, 2048, 512), (128, 2048, 768))
+      for g, h, o, c in ((1, hid, mid, 4), (0, mid, hid, 8))]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))
