@@ -117,6 +117,10 @@ enum DevCommand {
         /// Prompt length before the counted step.
         #[arg(long, default_value_t = 16)]
         prompt_tokens: usize,
+        /// Count the prompt's own pass (all its tokens in one chunk) instead
+        /// of the decoding step after it.
+        #[arg(long)]
+        prefill: bool,
     },
 }
 
@@ -256,7 +260,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Dev(DevCommand::StepOps {
             model,
             prompt_tokens,
-        }) => hearth::tools::step_ops::run(&model, prompt_tokens),
+            prefill,
+        }) => hearth::tools::step_ops::run(&model, prompt_tokens, prefill),
     }
 }
 

@@ -20,6 +20,8 @@
 #      H200_NCU_UNTIL seconds, default 240, so the sweeps keep their time;
 #      H200_NCU_ARGS: ncu arguments instead of the metric list, e.g.
 #      "--section SpeedOfLight --kernel-name regex:gemv_mma --launch-count 3");
+#      H200_NCU_PREFILL: models whose prompt passes are profiled (one prompt,
+#      then H200_NCU_PREFILL_SHAPE="PROMPTSxTOKENS", default 7x136, batched);
 #      H200_PREFILL_BENCH: models to run `hearth dev prefill-bench` on, at
 #      H200_PREFILL_SHAPES="PROMPTSxTOKENS ..." (default 7x136 16x136 2x512),
 #      per H200_PREFILL_VARIANTS="name:ENV=V;..." (default hearth:), with
@@ -207,6 +209,23 @@ EOF
       done
       python3 bench/cuda/ncu_decode.py --window /tmp/ncu/ncu-$name-*.csv 2>&1 | tee -a "$OUT/ncu-decode.md" || true
       mkdir -p /tmp/raw; tar -cJf "/tmp/raw/ncu-$name.tar.xz" -C /tmp/ncu . || true
+      rm -rf /tmp/ncu
+    fi
+    # Where a prompt pass's GPU time goes: one prompt, then PROMPTS batched
+    # (prefill-bench --profile brackets those two passes of its last round;
+    # bench/cuda/ncu_decode.py --window --each lists each).
+    if [[ ",${H200_NCU_PREFILL:-}," == *",$name,"* ]]; then
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+      mkdir -p /tmp/ncu
+      pt=${H200_NCU_PREFILL_SHAPE:-7x136}
+      log=/tmp/ncu/ncu-prefill-$name-$pt.csv
+      timeout "${H200_NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control none \
+        --profile-from-start off --metrics "${H200_NCU_METRICS:-gpu__time_duration.sum}" \
+        --csv --log-file "$log" $H dev prefill-bench --model "/tmp/$name" --prompts "${pt%x*}" \
+        --tokens "${pt#*x}" --rounds 1 --profile > /dev/null 2>&1 || echo "ncu prefill $name: exit $?"
+      stamp "$name: ncu prefill $pt"
+      python3 bench/cuda/ncu_decode.py --window --each --top 24 "$log" 2>&1 | tee -a "$OUT/ncu-prefill.md" || true
+      mkdir -p /tmp/raw; tar -cJf "/tmp/raw/ncu-prefill-$name.tar.xz" -C /tmp/ncu . || true
       rm -rf /tmp/ncu
     fi
     if [[ ",${H200_PREFILL_BENCH:-}," == *",$name,"* ]]; then

@@ -31,6 +31,14 @@ pub struct Options {
     /// compiles then count); by default every round repeats one shape.
     #[arg(long)]
     pub new_lengths: bool,
+    /// Bracket the last round's first single-prompt pass and its batched
+    /// pass with the CUDA profiler's start and stop, for `ncu
+    /// --profile-from-start off` (bench/cuda/h200.sh, H200_NCU_PREFILL).
+    /// Each profiled pass ends with an argmax over its logits, so
+    /// bench/cuda/ncu_decode.py --window --each splits the kernel list
+    /// into the two passes.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 fn fresh(model: &Model) -> Vec<BatchKv> {
@@ -46,6 +54,13 @@ fn eval(kv: &[BatchKv], logits: &Array) -> Result<()> {
     let mut all: Vec<&Array> = kv.iter().flat_map(BatchKv::arrays).collect();
     all.push(logits);
     Ok(mlx_rs::transforms::eval(all)?)
+}
+
+/// Ends a profiled pass with one argmax kernel: the mark between passes in
+/// the kernel list.
+fn mark(logits: &Array) -> Result<()> {
+    let top = mlx_rs::ops::indexing::argmax_axis(logits, -1, false)?;
+    Ok(mlx_rs::transforms::eval([&top])?)
 }
 
 /// Prints a Markdown table: p50 milliseconds and prompt tokens per second.
@@ -75,13 +90,21 @@ pub fn run(opts: &Options) -> Result<()> {
         } else {
             base_len
         };
+        let profiled = opts.profile && round == opts.rounds;
         // One pass per chunk.
         let mut kv = fresh(m);
         let started = Instant::now();
         for row in 0..n {
+            if profiled && row == 0 && !super::cuda_profiler::start() {
+                eprintln!("--profile: no CUDA driver here, nothing to bracket");
+            }
             let x = Array::from_slice(&ids(row, len), &[1, len as i32]);
             let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, row, 0))?;
             eval(&kv, &logits)?;
+            if profiled && row == 0 {
+                mark(&logits)?;
+                super::cuda_profiler::stop();
+            }
         }
         let seq = started.elapsed();
         // One batched pass.
@@ -90,6 +113,9 @@ pub fn run(opts: &Options) -> Result<()> {
         let chunks = (0..n)
             .map(|row| PrefillChunk { row, start: 0, len })
             .collect();
+        if profiled {
+            super::cuda_profiler::start();
+        }
         let batch = PrefillBatch::new(shape, kv_heads, chunks)?;
         let width = batch.width();
         let mut x = vec![0i32; n * width];
@@ -100,6 +126,10 @@ pub fn run(opts: &Options) -> Result<()> {
         let logits = forward(m, &x, BatchKv::prefill_batch_views(&mut kv, &batch))?;
         eval(&kv, &logits)?;
         let batched = started.elapsed();
+        if profiled {
+            mark(&logits)?;
+            super::cuda_profiler::stop();
+        }
         // All the tokens as one chunk of one row.
         let mut kv = fresh(m);
         let started = Instant::now();

@@ -73,8 +73,8 @@ pub fn primitives_in_dot(dot: &str) -> BTreeMap<String, usize> {
 }
 
 /// Prints the primitives of one decoding step after a `prompt_tokens`-token
-/// prompt, as Markdown.
-pub fn run(model: &Path, prompt_tokens: usize) -> Result<()> {
+/// prompt (with `prefill`, of the prompt's own pass), as Markdown.
+pub fn run(model: &Path, prompt_tokens: usize, prefill: bool) -> Result<()> {
     let loaded =
         hearth_models::load(model).with_context(|| format!("loading {}", model.display()))?;
     let model_ref = &loaded.model;
@@ -82,15 +82,20 @@ pub fn run(model: &Path, prompt_tokens: usize) -> Result<()> {
     let prompt: Vec<i32> = (0..prompt_tokens.max(1) as i32).map(|i| 100 + i).collect();
     let ids = Array::from_slice(&prompt, &[1, prompt.len() as i32]);
     let logits = model_ref.forward(&ids, &mut KvCache::views(&mut cache), true)?;
-    let mut done: Vec<&Array> = cache.iter().flat_map(KvCache::arrays).collect();
-    done.push(&logits);
-    mlx_rs::transforms::eval(done)?;
-    let next = Array::from_slice(&[7i32], &[1, 1]);
-    let logits = model_ref.forward(&next, &mut KvCache::views(&mut cache), true)?;
-    let counts = count_primitives(&[&logits])?;
+    let (counts, what) = if prefill {
+        let mut outputs: Vec<&Array> = cache.iter().flat_map(KvCache::arrays).collect();
+        outputs.push(&logits);
+        let what = format!("the pass over a {}-token prompt", prompt.len());
+        (count_primitives(&outputs)?, what)
+    } else {
+        (
+            decode_step_primitives(model_ref, &mut cache, &logits)?,
+            "one decoding step".into(),
+        )
+    };
     let total: usize = counts.values().sum();
     let mut out = format!(
-        "{}: {total} primitives in one decoding step ({} layers)\n\n| primitive | count |\n|---|---:|\n",
+        "{}: {total} primitives in {what} ({} layers)\n\n| primitive | count |\n|---|---:|\n",
         model.display(),
         model_ref.num_layers()
     );
@@ -102,6 +107,20 @@ pub fn run(model: &Path, prompt_tokens: usize) -> Result<()> {
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     Ok(())
+}
+
+/// Evaluates the prompt's pass, then counts the next token's step.
+fn decode_step_primitives(
+    model_ref: &hearth_models::Model,
+    cache: &mut [KvCache],
+    logits: &Array,
+) -> Result<BTreeMap<String, usize>> {
+    let mut done: Vec<&Array> = cache.iter().flat_map(KvCache::arrays).collect();
+    done.push(logits);
+    mlx_rs::transforms::eval(done)?;
+    let next = Array::from_slice(&[7i32], &[1, 1]);
+    let logits = model_ref.forward(&next, &mut KvCache::views(cache), true)?;
+    count_primitives(&[&logits])
 }
 
 #[cfg(test)]
