@@ -310,6 +310,77 @@ fn prompts_ending_on_their_first_token_in_one_batched_pass() {
     scheduler.shutdown(Duration::from_secs(1));
 }
 
+/// Runs five short prompts as a burst, each sent `apart` after
+/// the last to an idle engine; returns the prompt passes taken, after
+/// checking that each job gives what it gives alone.
+fn burst_passes(config: SchedulerConfig, apart: Duration) -> u64 {
+    let model = fixture("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let engine = Engine::new(
+        hearth_models::load(&model).unwrap(),
+        EngineOptions::default(),
+    );
+    let prompts: Vec<Vec<u32>> = [
+        "The capital of France is",
+        "Write a haiku about the sea.",
+        "1, 2, 3, 4,",
+        "def fibonacci(n):",
+        "In 1969, the first humans",
+    ]
+    .iter()
+    .map(|t| engine.model.tokenizer.encode(t, true).unwrap())
+    .collect();
+    let expected: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| alone(&engine, p, 6, SamplingParams::default()))
+        .collect();
+    drop(engine);
+    let scheduler = SchedulerHandle::start(model, config).unwrap();
+    let mut handles = Vec::new();
+    for p in &prompts {
+        let job = Job {
+            prompt_tokens: p.clone(),
+            max_tokens: 6,
+            sampling: SamplingParams::default(),
+            stop_at_eos: false,
+        };
+        handles.push(scheduler.submit(job).unwrap());
+        std::thread::sleep(apart);
+    }
+    for (handle, want) in handles.into_iter().zip(expected) {
+        let (tokens, reason, _) = collect(handle);
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(tokens, want, "a burst's job gives what it gives alone");
+    }
+    let passes = scheduler.status().prefill_passes;
+    scheduler.shutdown(Duration::from_secs(1));
+    passes
+}
+
+/// Requests sent together to an idle engine share its first prompt pass:
+/// it gathers those that arrive within `gather` of each other, and while
+/// nothing decodes, a step reads up to `burst_token_budget` prompt tokens,
+/// past its own budget (here smaller than the five prompts). With neither
+/// (the scheduler of before), the same burst takes several passes.
+#[test]
+fn a_burst_of_requests_shares_one_prompt_pass() {
+    let config = |burst: usize, gather: Duration| SchedulerConfig {
+        max_running: 8,
+        prefill_chunk: 64,
+        step_token_budget: 40,
+        burst_token_budget: burst,
+        gather,
+        ..Default::default()
+    };
+    let apart = Duration::from_millis(15);
+    let together = burst_passes(config(1024, Duration::from_millis(250)), apart);
+    assert_eq!(together, 1, "one pass for the whole burst");
+    let before = burst_passes(config(40, Duration::ZERO), apart);
+    assert!(
+        before >= 2,
+        "{before} passes without gathering or the burst budget"
+    );
+}
+
 /// An idle engine keeps the freed buffers cached for `idle_release`, so a
 /// request arriving within it allocates nothing, then returns them to the
 /// device once; a request after that still runs.

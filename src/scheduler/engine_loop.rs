@@ -26,7 +26,7 @@ use super::{
     prefix_cache::{self, PrefixCache, Snapshot},
     trace::{StepStats, StepTrace},
     Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
-    SchedulerHandle, Shared, Submission,
+    SchedulerHandle, Shared, Submission, GATHER_ROUNDS,
 };
 use crate::engine::sampling::{PendingBatch, Sampled, Sampler};
 
@@ -344,6 +344,7 @@ impl EngineLoop {
                         if !self.handle(cmd) {
                             break;
                         }
+                        self.gather_burst();
                     }
                     None => break,
                 }
@@ -589,13 +590,23 @@ impl EngineLoop {
     /// takes as long either way.
     fn step(&mut self) -> anyhow::Result<StepStats> {
         let decoders = self.running.iter().filter(|s| s.decoding()).count();
-        let mut budget = self
+        let normal = self
             .config
             .step_token_budget
             .saturating_sub(decoders)
             .max(MIN_PREFILL_PER_STEP);
+        // Nothing decodes yet, so no one waits on this step: a burst's
+        // prompts may be read in one pass, up to the burst budget, until
+        // one of them is complete (then it waits on the step).
+        let mut limit = if decoders == 0 {
+            self.config.burst_token_budget.max(normal)
+        } else {
+            normal
+        };
+        let mut spent = 0;
         let mut prefill_tokens = 0;
-        while budget > 0 {
+        while spent < limit {
+            let budget = limit - spent;
             // A request that arrived during the last chunk is admitted now:
             // it waits for one chunk of a long prompt, not the whole step.
             if prefill_tokens > 0 && self.take_commands() {
@@ -606,6 +617,7 @@ impl EngineLoop {
                 break;
             };
             let t = Instant::now();
+            self.metrics.record_prefill_pass();
             let cost = if chunks.len() == 1 {
                 self.prefill_chunk(i, chunk)?;
                 chunk
@@ -613,8 +625,11 @@ impl EngineLoop {
                 self.prefill_batch(&chunks)?
             };
             self.phases.prefill += t.elapsed();
-            budget = budget.saturating_sub(cost);
+            spent += cost;
             prefill_tokens += chunks.iter().map(|&(_, c)| c).sum::<usize>();
+            if limit > normal && self.running.iter().any(|s| s.decoding()) {
+                limit = normal;
+            }
         }
         let t = Instant::now();
         let mut stats = self.decode_step()?;
@@ -1045,6 +1060,36 @@ impl EngineLoop {
         };
         self.commands = Some(commands);
         cmd
+    }
+
+    /// After an idle engine's first request: takes the requests that follow
+    /// it within `config.gather` of each other (at most [`GATHER_ROUNDS`]
+    /// gaps in all), so that requests sent together share the first pass
+    /// instead of the rest waiting for a pass over the first alone.
+    fn gather_burst(&mut self) {
+        let gap = self.config.gather;
+        if gap.is_zero() || self.stop_requested {
+            return;
+        }
+        let Some(commands) = self.commands.take() else {
+            return;
+        };
+        let deadline = Instant::now() + gap * GATHER_ROUNDS;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match commands.recv_timeout(gap.min(left)) {
+                Ok(cmd) => {
+                    if !self.handle(cmd) {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.commands = Some(commands);
     }
 
     /// Prefix cache: after a prompt chunk of sequence `i` that started at

@@ -75,6 +75,7 @@ pub struct Metrics {
     kv_bytes_used: AtomicUsize,
     kv_bytes_allocated: AtomicUsize,
     steps_total: AtomicU64,
+    prefill_passes: AtomicU64,
     cache_releases: AtomicU64,
     prefix_hits: AtomicU64,
     prefix_misses: AtomicU64,
@@ -96,6 +97,9 @@ pub struct SchedulerStatus {
     pub requests_total: u64,
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
+    /// Forward passes over prompt chunks: prompt tokens per pass is how
+    /// well prompts of concurrent requests were batched.
+    pub prefill_passes: u64,
     pub kv_bytes_used: usize,
     pub kv_bytes_allocated: usize,
     pub kv_bytes_budget: usize,
@@ -159,6 +163,10 @@ impl Metrics {
         self.step_time.observe(time);
     }
 
+    pub(crate) fn record_prefill_pass(&self) {
+        self.prefill_passes.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn record_cache_release(&self) {
         self.cache_releases.fetch_add(1, Ordering::Relaxed);
     }
@@ -201,6 +209,7 @@ impl Metrics {
             requests_total: self.requests_total.load(Ordering::Relaxed),
             prompt_tokens_total: self.prompt_tokens_total.load(Ordering::Relaxed),
             generated_tokens_total: self.generated_tokens_total.load(Ordering::Relaxed),
+            prefill_passes: self.prefill_passes.load(Ordering::Relaxed),
             kv_bytes_used: self.kv_bytes_used.load(Ordering::Relaxed),
             kv_bytes_allocated: self.kv_bytes_allocated.load(Ordering::Relaxed),
             kv_bytes_budget: kv_budget,
@@ -269,6 +278,12 @@ impl Metrics {
             "counter",
             "Engine steps run.",
             c(&self.steps_total),
+        );
+        line(
+            "hearth_prefill_passes_total",
+            "counter",
+            "Forward passes over prompt chunks (several prompts may share one).",
+            c(&self.prefill_passes),
         );
         line(
             "hearth_cache_releases_total",

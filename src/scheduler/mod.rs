@@ -47,6 +47,17 @@ pub struct SchedulerConfig {
     pub step_token_budget: usize,
     /// Most prompt tokens of one sequence per forward pass.
     pub prefill_chunk: usize,
+    /// Prompt tokens a step may read while no sequence is decoding (nobody
+    /// waits on the step): a burst of requests is read in one batched pass
+    /// instead of in `step_token_budget`-sized pieces. The step falls back
+    /// to `step_token_budget` as soon as one of its prompts is complete
+    /// (docs/scheduler.md, "Bursts"). Never below `step_token_budget`.
+    pub burst_token_budget: usize,
+    /// After an idle engine receives a request, how long it goes on taking
+    /// requests before its first pass, while each arrives within this long
+    /// of the last (at most [`GATHER_ROUNDS`] times this in all): requests
+    /// sent together share the first pass. Zero: start at once.
+    pub gather: Duration,
     /// Bytes the KV caches may use; `None` = derived from system memory.
     pub kv_memory_budget: Option<usize>,
     /// Overlap each decode step's device work with the host work around it:
@@ -85,6 +96,23 @@ pub fn seconds(s: f64) -> Option<Duration> {
     (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
+/// The longest an idle engine gathers a burst: this many `gather` gaps.
+pub const GATHER_ROUNDS: u32 = 4;
+
+/// How long an idle engine waits for the next request of a burst by default.
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(2);
+
+/// A setting from the environment for A/B runs: `off` (or `0`) is `off`,
+/// a number is itself, anything else (or unset) `None`.
+fn env_number(name: &str, off: f64) -> Option<f64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("off") {
+        return Some(off);
+    }
+    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
+}
+
 /// How long an idle engine keeps freed buffers cached by default.
 pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(30);
 
@@ -119,6 +147,14 @@ impl Default for SchedulerConfig {
             max_queue: 64,
             step_token_budget,
             prefill_chunk,
+            // `HEARTH_BURST_BUDGET=off` (or a token count) and
+            // `HEARTH_GATHER_MS=0` give the scheduler of before, for A/B runs.
+            burst_token_budget: env_number("HEARTH_BURST_BUDGET", 0.0)
+                .map_or(4 * step_token_budget, |v| v as usize)
+                .max(step_token_budget),
+            gather: env_number("HEARTH_GATHER_MS", 0.0).map_or(DEFAULT_GATHER, |ms| {
+                Duration::from_secs_f64(ms.min(1000.0) / 1e3)
+            }),
             kv_memory_budget: None,
             // On a GPU the host work hides behind the device's; on a CPU
             // both compete for the same cores: pipelining measured worse

@@ -55,6 +55,14 @@ pub struct ServerSettings {
     /// Most prompt tokens of one sequence per forward pass.
     #[serde(alias = "prefill-chunk")]
     pub prefill_chunk: usize,
+    /// Prompt tokens a step may read while nothing decodes: a burst of
+    /// requests in one pass (docs/scheduler.md, "Bursts").
+    #[serde(alias = "burst-token-budget")]
+    pub burst_token_budget: usize,
+    /// Milliseconds an idle engine waits for the rest of a burst before its
+    /// first pass (0 = none; docs/scheduler.md, "Bursts").
+    #[serde(alias = "gather-ms")]
+    pub gather_ms: f64,
     /// Bytes the KV caches may use; `None` = derived from system memory.
     #[serde(alias = "kv-memory-budget")]
     pub kv_memory_budget: Option<usize>,
@@ -115,6 +123,8 @@ impl Default for ServerSettings {
             max_queue: scheduler.max_queue,
             step_token_budget: scheduler.step_token_budget,
             prefill_chunk: scheduler.prefill_chunk,
+            burst_token_budget: scheduler.burst_token_budget,
+            gather_ms: scheduler.gather.as_secs_f64() * 1e3,
             kv_memory_budget: scheduler.kv_memory_budget,
             pipeline_decode: scheduler.pipeline_decode,
             warmup: scheduler.warmup,
@@ -263,6 +273,9 @@ impl ServerSettings {
         if !(self.shutdown_grace_seconds.is_finite() && self.shutdown_grace_seconds >= 0.0) {
             return invalid("shutdown_grace_seconds", "must be a number >= 0");
         }
+        if !(self.gather_ms.is_finite() && (0.0..=1000.0).contains(&self.gather_ms)) {
+            return invalid("gather_ms", "must be a number from 0 to 1000");
+        }
         if !(self.idle_release_seconds.is_finite() && self.idle_release_seconds >= 0.0) {
             return invalid("idle_release_seconds", "must be a number >= 0");
         }
@@ -314,6 +327,8 @@ impl ServerSettings {
             max_queue: self.max_queue,
             step_token_budget: self.step_token_budget,
             prefill_chunk: self.prefill_chunk,
+            burst_token_budget: self.burst_token_budget.max(self.step_token_budget),
+            gather: crate::scheduler::seconds(self.gather_ms / 1e3).unwrap_or_default(),
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
             warmup: self.warmup,

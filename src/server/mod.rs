@@ -332,6 +332,12 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per forward pass [default: by device: CPU 128, Metal 256, CUDA 512].
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// Prompt tokens a step may read while nothing decodes, so a burst of requests is read in one pass [default: 4x the step budget] (docs/scheduler.md).
+    #[arg(long)]
+    pub burst_token_budget: Option<usize>,
+    /// Milliseconds an idle server waits for more requests of a burst before its first pass; 0 starts at once [default: 2].
+    #[arg(long)]
+    pub gather_ms: Option<f64>,
     /// Decode synchronously instead of pipelined [default: pipelined on a GPU, synchronous on a CPU] (docs/scheduler.md).
     #[arg(long)]
     pub no_pipeline_decode: bool,
@@ -407,6 +413,12 @@ impl ServeArgs {
         }
         if let Some(v) = self.prefill_chunk {
             s.prefill_chunk = v;
+        }
+        if let Some(v) = self.burst_token_budget {
+            s.burst_token_budget = v;
+        }
+        if let Some(v) = self.gather_ms {
+            s.gather_ms = v;
         }
         if self.no_pipeline_decode {
             s.pipeline_decode = false;
