@@ -455,17 +455,23 @@ mod tests {
             .unwrap()
     }
 
+    /// Two tokens, top-2 of four experts (expert 3 chosen twice), K = 16,
+    /// hidden 8: input, indices, gate, up and down weights.
+    fn operands() -> (Array, Array, Array, Array, Array) {
+        (
+            bf16(&[2, 1, 16], 1),
+            Array::from_slice(&[0u32, 3, 1, 3], &[2, 1, 2]),
+            bf16(&[4, 8, 16], 2),
+            bf16(&[4, 8, 16], 3),
+            bf16(&[4, 16, 8], 4),
+        )
+    }
+
     /// Never enabled here (no CUDA): the caller keeps MLX's ops and the
     /// reference is not run.
     #[test]
     fn off_the_kernels_leave_mlxs_ops() {
-        let x = bf16(&[2, 1, 16], 1);
-        let idx = Array::from_slice(&[0u32, 3, 1, 3], &[2, 1, 2]);
-        let (g, u, d) = (
-            bf16(&[4, 8, 16], 2),
-            bf16(&[4, 8, 16], 3),
-            bf16(&[4, 16, 8], 4),
-        );
+        let (x, idx, g, u, d) = operands();
         let out = glu(&x, &idx, &g, &u, &d, |_, _| panic!("only in a check")).unwrap();
         assert!(out.is_none());
     }
@@ -473,13 +479,7 @@ mod tests {
     /// The operands the kernels take, and a few they refuse.
     #[test]
     fn shapes_and_types_the_kernels_take() {
-        let x = bf16(&[2, 1, 16], 1);
-        let idx = Array::from_slice(&[0u32, 3, 1, 3], &[2, 1, 2]);
-        let (g, u, d) = (
-            bf16(&[4, 8, 16], 2),
-            bf16(&[4, 8, 16], 3),
-            bf16(&[4, 16, 8], 4),
-        );
+        let (x, idx, g, u, d) = operands();
         assert!(takes(&x, &idx, &g, &u, &d));
         let signed = idx.as_dtype(Dtype::Int32).unwrap();
         assert!(!takes(&x, &signed, &g, &u, &d));
