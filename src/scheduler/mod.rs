@@ -51,7 +51,8 @@ pub struct SchedulerConfig {
     /// waits on the step): a burst of requests is read in one batched pass
     /// instead of in `step_token_budget`-sized pieces. The step falls back
     /// to `step_token_budget` as soon as one of its prompts is complete
-    /// (docs/scheduler.md, "Bursts"). Never below `step_token_budget`.
+    /// (docs/scheduler.md, "Bursts"). Less than `step_token_budget` (0, or
+    /// `HEARTH_BURST_BUDGET=off`) is `step_token_budget`: no burst budget.
     pub burst_token_budget: usize,
     /// After an idle engine receives a request, how long it goes on taking
     /// requests before its first pass, while each arrives within this long
@@ -102,13 +103,13 @@ pub const GATHER_ROUNDS: u32 = 4;
 /// How long an idle engine waits for the next request of a burst by default.
 pub const DEFAULT_GATHER: Duration = Duration::from_millis(2);
 
-/// A setting from the environment for A/B runs: `off` (or `0`) is `off`,
-/// a number is itself, anything else (or unset) `None`.
-fn env_number(name: &str, off: f64) -> Option<f64> {
+/// A number from the environment for A/B runs: `off` is 0, a finite
+/// number `>= 0` is itself, anything else (or unset) `None`.
+fn env_number(name: &str) -> Option<f64> {
     let v = std::env::var(name).ok()?;
     let v = v.trim();
     if v.eq_ignore_ascii_case("off") {
-        return Some(off);
+        return Some(0.0);
     }
     v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
 }
@@ -149,10 +150,9 @@ impl Default for SchedulerConfig {
             prefill_chunk,
             // `HEARTH_BURST_BUDGET=off` (or a token count) and
             // `HEARTH_GATHER_MS=0` give the scheduler of before, for A/B runs.
-            burst_token_budget: env_number("HEARTH_BURST_BUDGET", 0.0)
-                .map_or(4 * step_token_budget, |v| v as usize)
-                .max(step_token_budget),
-            gather: env_number("HEARTH_GATHER_MS", 0.0).map_or(DEFAULT_GATHER, |ms| {
+            burst_token_budget: env_number("HEARTH_BURST_BUDGET")
+                .map_or(4 * step_token_budget, |v| v as usize),
+            gather: env_number("HEARTH_GATHER_MS").map_or(DEFAULT_GATHER, |ms| {
                 Duration::from_secs_f64(ms.min(1000.0) / 1e3)
             }),
             kv_memory_budget: None,

@@ -327,7 +327,7 @@ impl ServerSettings {
             max_queue: self.max_queue,
             step_token_budget: self.step_token_budget,
             prefill_chunk: self.prefill_chunk,
-            burst_token_budget: self.burst_token_budget.max(self.step_token_budget),
+            burst_token_budget: self.burst_token_budget,
             gather: crate::scheduler::seconds(self.gather_ms / 1e3).unwrap_or_default(),
             kv_memory_budget: self.kv_memory_budget,
             pipeline_decode: self.pipeline_decode,
