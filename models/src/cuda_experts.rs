@@ -37,8 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
 use crate::cuda_kernel::{
-    half_precision, int_array, relative_error, verdict, Checked, CudaKernel, LaunchDims,
-    TemplateArg,
+    half_precision, int_array, output_error, verdict, Checked, CudaKernel, LaunchDims, TemplateArg,
 };
 use crate::error::{ModelError, Result};
 
@@ -432,15 +431,7 @@ fn check(
             .as_dtype(gate.dtype())?;
         let idx = shared_indices(rows, k, e)?;
         let ours = apply(&x, &idx, gate, up, down)?;
-        let want = reference(&x, &idx)?;
-        if ours.dtype() != want.dtype() {
-            return Err(ModelError::Mlx(format!(
-                "{:?} against {:?}",
-                ours.dtype(),
-                want.dtype()
-            )));
-        }
-        relative_error(&ours, &want)
+        output_error(&ours, &reference(&x, &idx)?)
     };
     verdict(run(), "MLX's gather_mm and SwiGLU")
 }

@@ -293,6 +293,19 @@ pub(crate) fn verdict(err: Result<f32>, against: &str) -> std::result::Result<f3
     Ok(err)
 }
 
+/// [`relative_error`] of a kernel's output against MLX's, which must also
+/// have its element type (the kernels round where MLX's ops round).
+pub(crate) fn output_error(ours: &Array, reference: &Array) -> Result<f32> {
+    if ours.dtype() != reference.dtype() {
+        return Err(ModelError::Mlx(format!(
+            "element type {:?} against {:?}",
+            ours.dtype(),
+            reference.dtype()
+        )));
+    }
+    relative_error(ours, reference)
+}
+
 /// Largest `|a - b|` relative to `max |b|` (NaN counts as infinite), for
 /// the self-checks of the kernels against MLX's own ops; an error when the
 /// shapes differ (no broadcasting).
@@ -358,6 +371,15 @@ mod tests {
         assert_eq!(relative_error(&a, &b).unwrap(), 1.0 / 3.0);
         let row = Array::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3]);
         assert!(relative_error(&a, &row).is_err());
+    }
+
+    #[test]
+    fn output_errors_need_equal_element_types() {
+        let a = Array::from_slice(&[1.0f32, 2.0, 4.0], &[3]);
+        let b = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
+        assert_eq!(output_error(&a, &b).unwrap(), 1.0 / 3.0);
+        let half = b.as_dtype(Dtype::Bfloat16).unwrap();
+        assert!(output_error(&a, &half).is_err());
     }
 
     /// Errors within the tolerance pass; above it, or a failed run, fail.
