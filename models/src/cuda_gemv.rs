@@ -16,6 +16,9 @@
 //!   default route uses it at 2–4 rows).
 //! - [`Kernel::Mma`]: tensor cores (`mma.sync.m16n8k16`, f32 accumulators),
 //!   16 output columns per block of 8 warps that split K (up to 16 rows).
+//! - [`Kernel::Mmas`]: the same tile with its loads pipelined through a ring
+//!   of registers, in a few variants (written for the large matrices at
+//!   5–16 rows; in no default route until measured, docs/cuda.md).
 //!
 //! Which one runs is a [`Route`] table: a kernel per row range, optionally
 //! only for weights up to a size (cuBLAS is as fast or faster on large
@@ -152,7 +155,21 @@ pub enum Kernel {
     /// to fill the GPU, see [`auto_split`]), partial sums added in shared
     /// memory (up to 8 rows).
     Split4(u8),
+    /// [`Kernel::Mma`]'s tile with the loads pipelined through a ring of
+    /// registers (`MMAS_SOURCE`); the index picks warps per block, ring
+    /// depth and L2 prefetch from [`MMAS_VARIANTS`] (up to 16 rows).
+    Mmas(u8),
 }
+
+/// The pipelined tensor-core kernel's variants: (name, warps per block,
+/// steps in flight per warp, L2 256-byte prefetch).
+const MMAS_VARIANTS: [(&str, i32, i32, i32); 5] = [
+    ("mmas", 4, 4, 0),
+    ("mmas8", 8, 4, 0),
+    ("mmasd2", 4, 2, 0),
+    ("mmasd8", 4, 8, 0),
+    ("mmasp", 4, 4, 1),
+];
 
 /// Warps a [`Kernel::Split4`] launch of automatic split aims at: 4 096
 /// is ~31 per SM of an H200 (132 SMs), where one warp per four columns of
@@ -177,6 +194,23 @@ impl Kernel {
     /// The fixed splits [`Kernel::parse`] takes besides [`Kernel::ALL`].
     const FIXED_SPLITS: [Kernel; 3] = [Kernel::Split4(2), Kernel::Split4(4), Kernel::Split4(8)];
 
+    /// Every variant of the pipelined tensor-core kernel.
+    pub const MMAS: [Kernel; 5] = [
+        Kernel::Mmas(0),
+        Kernel::Mmas(1),
+        Kernel::Mmas(2),
+        Kernel::Mmas(3),
+        Kernel::Mmas(4),
+    ];
+
+    /// Warps per thread block.
+    fn warps(self) -> i32 {
+        match self {
+            Kernel::Mmas(v) => MMAS_VARIANTS[usize::from(v)].1,
+            _ => WARPS,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Warp => "warp",
@@ -186,6 +220,7 @@ impl Kernel {
             Kernel::Split4(4) => "split4x4",
             Kernel::Split4(8) => "split4x8",
             Kernel::Split4(_) => "split4",
+            Kernel::Mmas(v) => MMAS_VARIANTS[usize::from(v)].0,
         }
     }
 
@@ -195,13 +230,14 @@ impl Kernel {
         Kernel::ALL
             .into_iter()
             .chain(Kernel::FIXED_SPLITS)
+            .chain(Kernel::MMAS)
             .find(|k| k.name() == s)
     }
 
     pub fn max_rows(self) -> usize {
         match self {
             Kernel::Warp | Kernel::Warp4 | Kernel::Split4(_) => WARP_KERNEL_MAX_ROWS,
-            Kernel::Mma => MAX_ROWS,
+            Kernel::Mma | Kernel::Mmas(_) => MAX_ROWS,
         }
     }
 
@@ -220,7 +256,7 @@ impl Kernel {
     fn takes(self, rows: usize, k: i32) -> bool {
         let step = match self {
             Kernel::Warp | Kernel::Warp4 | Kernel::Split4(_) => 8,
-            Kernel::Mma => 32,
+            Kernel::Mma | Kernel::Mmas(_) => 32,
         };
         (1..=self.max_rows()).contains(&rows) && k > 0 && k % step == 0
     }
@@ -230,7 +266,7 @@ impl Kernel {
         match self {
             Kernel::Warp => WARPS,
             Kernel::Warp4 | Kernel::Split4(_) => WARPS / self.split(n) * WARP4_COLS,
-            Kernel::Mma => MMA_COLS,
+            Kernel::Mma | Kernel::Mmas(_) => MMA_COLS,
         }
     }
 }
@@ -370,6 +406,122 @@ const MMA_SOURCE: &str = r#"
     if (tid < NT * 4 * 32) {
         const int slot = tid >> 5;
         const int ln = tid & 31;
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) {
+            v += part[q][slot][ln];
+        }
+        const int t = slot >> 2;
+        const int i = slot & 3;
+        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
+        const int col = col0 + (ln >> 2) + ((i & 2) ? 8 : 0);
+        if (m < ROWS && col < N) {
+            y[(size_t)m * N + col] = T(v);
+        }
+    }
+"#;
+
+/// Weight loads of [`MMAS_SOURCE`]: 16 bytes past L1 (as
+/// `hearth_ld_stream`), with `PF` asking L2 to fetch the 256 bytes around
+/// them (the block's warps read the neighbouring 64-byte pieces next).
+const MMAS_HEADER: &str = r#"
+template <int PF> static __device__ __forceinline__ uint4 hearth_ld_weight(const uint4* p) {
+    uint4 v;
+    if (PF) {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    }
+    return v;
+}
+"#;
+
+/// [`MMA_SOURCE`]'s tile (16 output columns a block, the block's `NW` warps
+/// taking interleaved 32-element steps of K, the same fragments) with the
+/// loads pipelined: each warp keeps `D` steps of weights and activations in
+/// flight in a ring of registers, refilling a slot with the step `D` ahead
+/// as soon as its MMAs have read it, so the memory never waits for a batch
+/// of MMAs and a warp's loads never drain until its last steps. Weights
+/// are streamed past L1 (which keeps the activations every warp reads).
+const MMAS_SOURCE: &str = r#"
+    constexpr int NT = (ROWS + 7) / 8;
+    const int N = dims[0];
+    const int K = dims[1];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    const int col0 = blockIdx.x * 16;
+    const uint4* w0 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g, N - 1) * K) + c;
+    const uint4* w1 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g + 8, N - 1) * K) + c;
+    const uint4* xp[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const int xr = t * 8 + g;
+        xok[t] = xr < ROWS;
+        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc[t][i] = 0.0f;
+        }
+    }
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    const int steps = K / 32;
+    uint4 ra0[D], ra1[D], rb[D][NT];
+#pragma unroll
+    for (int u = 0; u < D; ++u) {
+        const int s = warp + u * NW;
+        const bool ok = s < steps;
+        ra0[u] = ok ? hearth_ld_weight<PF>(w0 + s * 4) : zero;
+        ra1[u] = ok ? hearth_ld_weight<PF>(w1 + s * 4) : zero;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            rb[u][t] = (ok && xok[t]) ? xp[t][s * 4] : zero;
+        }
+    }
+    for (int s0 = warp; s0 < steps; s0 += D * NW) {
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            const int s = s0 + u * NW;
+            if (s < steps) {
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    HearthMma<T>::run(acc[t], ra0[u].x, ra1[u].x, ra0[u].y, ra1[u].y, rb[u][t].x, rb[u][t].y);
+                    HearthMma<T>::run(acc[t], ra0[u].z, ra1[u].z, ra0[u].w, ra1[u].w, rb[u][t].z, rb[u][t].w);
+                }
+                const int sn = s + D * NW;
+                if (sn < steps) {
+                    ra0[u] = hearth_ld_weight<PF>(w0 + sn * 4);
+                    ra1[u] = hearth_ld_weight<PF>(w1 + sn * 4);
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        rb[u][t] = xok[t] ? xp[t][sn * 4] : zero;
+                    }
+                }
+            }
+        }
+    }
+    __shared__ float part[NW][NT * 4][32];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            part[warp][t * 4 + i][lane] = acc[t][i];
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < NT * 4 * 32; e += NW * 32) {
+        const int slot = e >> 5;
+        const int ln = e & 31;
         float v = 0.0f;
 #pragma unroll
         for (int q = 0; q < NW; ++q) {
@@ -577,6 +729,13 @@ thread_local! {
         CudaKernel::new("hearth_gemv_mma", &["x", "w", "dims"], &["y"], MMA_SOURCE, MMA_HEADER);
     static WARP4_KERNEL: CudaKernel =
         CudaKernel::new("hearth_gemv_warp4", &["x", "w", "dims"], &["y"], WARP4_SOURCE, STREAM_HEADER);
+    static MMAS_KERNEL: CudaKernel = CudaKernel::new(
+        "hearth_gemv_mmas",
+        &["x", "w", "dims"],
+        &["y"],
+        MMAS_SOURCE,
+        &format!("{MMA_HEADER}{MMAS_HEADER}"),
+    );
 }
 
 /// Launches the kernel. Only the element type and the row count are
@@ -598,17 +757,23 @@ fn launch(
     let dims = int_array(&[n, k, kind.split(n)]);
     let cols = kind.cols_per_block(n);
     let blocks = (n + cols - 1) / cols;
+    let warps = kind.warps();
     let launch = LaunchDims {
-        grid: (blocks * WARPS * 32, 1, 1),
-        block: (WARPS * 32, 1, 1),
+        grid: (blocks * warps * 32, 1, 1),
+        block: (warps * 32, 1, 1),
     };
     let mut template = vec![
         ("T", TemplateArg::Dtype(w.dtype())),
         ("ROWS", TemplateArg::Int(rows)),
-        ("NW", TemplateArg::Int(WARPS)),
+        ("NW", TemplateArg::Int(warps)),
     ];
     if matches!(kind, Kernel::Warp4 | Kernel::Split4(_)) {
         template.push(("C", TemplateArg::Int(WARP4_COLS)));
+    }
+    if let Kernel::Mmas(v) = kind {
+        let (_, _, depth, prefetch) = MMAS_VARIANTS[usize::from(v)];
+        template.push(("D", TemplateArg::Int(depth)));
+        template.push(("PF", TemplateArg::Int(prefetch)));
     }
     let run = |kernel: &CudaKernel| {
         kernel.apply(&[x, w, &dims], &[(out_shape, w.dtype())], launch, &template)
@@ -618,6 +783,7 @@ fn launch(
         // One module for both: the split is read from `dims`.
         Kernel::Warp4 | Kernel::Split4(_) => WARP4_KERNEL.with(run),
         Kernel::Mma => MMA_KERNEL.with(run),
+        Kernel::Mmas(_) => MMAS_KERNEL.with(run),
     }?;
     Ok(out.remove(0))
 }
@@ -785,6 +951,31 @@ mod tests {
             Some(Kernel::Split4(0))
         );
         assert!(Route::parse_list("split4:1-9").is_err());
+    }
+
+    #[test]
+    fn pipelined_tensor_core_variants_parse_and_launch_their_own_warps() {
+        for k in Kernel::MMAS {
+            assert_eq!(Kernel::parse(k.name()), Some(k));
+            assert_eq!(k.max_rows(), MAX_ROWS);
+            assert_eq!(k.cols_per_block(4096), MMA_COLS);
+        }
+        assert_eq!(Kernel::parse("mmas"), Some(Kernel::Mmas(0)));
+        assert_eq!(Kernel::parse("mmasp"), Some(Kernel::Mmas(4)));
+        assert_eq!(Kernel::parse("mmasd3"), None);
+        assert_eq!(Kernel::Mmas(0).warps(), 4);
+        assert_eq!(Kernel::Mmas(1).warps(), 8);
+        assert_eq!(Kernel::Mma.warps(), WARPS);
+        // 32 elements of K a step, as the first tensor-core kernel.
+        assert!(Kernel::Mmas(0).takes(16, 4096));
+        assert!(!Kernel::Mmas(0).takes(16, 4080));
+        assert!(!Kernel::Mmas(0).takes(17, 4096));
+        let r = Route::parse_list("split4:2-4+mmas:5-16").unwrap();
+        assert_eq!(
+            pick(&r, 8, 151936, 4096, Dtype::Bfloat16),
+            Some(Kernel::Mmas(0))
+        );
+        assert!(Route::parse_list("mmasd8:1-17").is_err());
     }
 
     #[test]
