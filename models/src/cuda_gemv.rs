@@ -289,6 +289,69 @@ template <typename T> struct HearthMma;
 HEARTH_MMA(__nv_bfloat16, "bf16")
 HEARTH_MMA(__half, "f16")
 #undef HEARTH_MMA
+
+// One block's operands: 16 weight rows from `col0` (lane `g + 4c`: rows g
+// and g + 8, 16-byte chunk c of each 32-element step; rows past N read the
+// last one) and NT tiles of 8 activation rows (row t * 8 + g, chunk c).
+template <typename T, int ROWS, int NT> struct HearthMmaTile {
+    const uint4* w0;
+    const uint4* w1;
+    const uint4* xp[NT];
+    bool xok[NT];
+    __device__ __forceinline__ HearthMmaTile(const T* x, const T* w, int N, int K, int col0,
+                                             int lane) {
+        const int g = lane >> 2;
+        const int c = lane & 3;
+        w0 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g, N - 1) * K) + c;
+        w1 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g + 8, N - 1) * K) + c;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int xr = t * 8 + g;
+            xok[t] = xr < ROWS;
+            xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
+        }
+    }
+};
+
+// Adds the NW warps' accumulators of a block in shared memory and writes
+// its 16 columns of every row (accumulator i of tile t in lane l holds row
+// t * 8 + 2 (l & 3) + (i & 1), column col0 + (l >> 2) + (i & 2 ? 8 : 0)).
+template <typename T, int ROWS, int NT, int NW>
+static __device__ __forceinline__ void hearth_mma_store(const float (&acc)[NT][4], T* y, int N,
+                                                        int col0) {
+    __shared__ float part[NW][NT * 4][32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            part[warp][t * 4 + i][lane] = acc[t][i];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < (NT * 4 + NW - 1) / NW; ++r) {
+        const int e = threadIdx.x + r * NW * 32;
+        if (e >= NT * 4 * 32) {
+            break;
+        }
+        const int slot = e >> 5;
+        const int ln = e & 31;
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) {
+            v += part[q][slot][ln];
+        }
+        const int t = slot >> 2;
+        const int i = slot & 3;
+        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
+        const int col = col0 + (ln >> 2) + ((i & 2) ? 8 : 0);
+        if (m < ROWS && col < N) {
+            y[(size_t)m * N + col] = T(v);
+        }
+    }
+}
 "#;
 
 /// Device helper of [`WARP4_SOURCE`]: 16 bytes of a weight row, read once,
@@ -320,23 +383,11 @@ const MMA_SOURCE: &str = r#"
     constexpr int U = 4;
     const int N = dims[0];
     const int K = dims[1];
-    const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int g = lane >> 2;
-    const int c = lane & 3;
     const int col0 = blockIdx.x * 16;
-    const int r0 = min(col0 + g, N - 1);
-    const int r1 = min(col0 + g + 8, N - 1);
-    const uint4* w0 = reinterpret_cast<const uint4*>(w + (size_t)r0 * K) + c;
-    const uint4* w1 = reinterpret_cast<const uint4*>(w + (size_t)r1 * K) + c;
-    const uint4* xp[NT];
-    bool xok[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const int xr = t * 8 + g;
-        xok[t] = xr < ROWS;
-        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
-    }
+    const HearthMmaTile<T, ROWS, NT> tile(x, w, N, K, col0, threadIdx.x & 31);
+    const uint4* w0 = tile.w0;
+    const uint4* w1 = tile.w1;
     // One accumulator set per unrolled step: independent MMA chains, so
     // the loads of a step need not wait for the previous step's MMAs.
     float acc[U][NT][4];
@@ -364,14 +415,14 @@ const MMA_SOURCE: &str = r#"
             a1[u] = w1[s * 4];
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                b[u][t] = xp[t][s * 4];
+                b[u][t] = tile.xp[t][s * 4];
             }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                const uint4 bt = xok[t] ? b[u][t] : zero;
+                const uint4 bt = tile.xok[t] ? b[u][t] : zero;
                 HearthMma<T>::run(acc[u][t], a0[u].x, a1[u].x, a0[u].y, a1[u].y, bt.x, bt.y);
                 HearthMma<T>::run(acc[u][t], a0[u].z, a1[u].z, a0[u].w, a1[u].w, bt.z, bt.w);
             }
@@ -383,59 +434,38 @@ const MMA_SOURCE: &str = r#"
         const uint4 a1 = w1[s0 * 4];
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-            const uint4 bt = xok[t] ? xp[t][s0 * 4] : zero;
+            const uint4 bt = tile.xok[t] ? tile.xp[t][s0 * 4] : zero;
             HearthMma<T>::run(acc[0][t], a0.x, a1.x, a0.y, a1.y, bt.x, bt.y);
             HearthMma<T>::run(acc[0][t], a0.z, a1.z, a0.w, a1.w, bt.z, bt.w);
         }
     }
-    __shared__ float part[NW][NT * 4][32];
+    float sum[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            float v = 0.0f;
+            sum[t][i] = 0.0f;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                v += acc[u][t][i];
+                sum[t][i] += acc[u][t][i];
             }
-            part[warp][t * 4 + i][lane] = v;
         }
     }
-    __syncthreads();
-    const int tid = threadIdx.x;
-    if (tid < NT * 4 * 32) {
-        const int slot = tid >> 5;
-        const int ln = tid & 31;
-        float v = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NW; ++q) {
-            v += part[q][slot][ln];
-        }
-        const int t = slot >> 2;
-        const int i = slot & 3;
-        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
-        const int col = col0 + (ln >> 2) + ((i & 2) ? 8 : 0);
-        if (m < ROWS && col < N) {
-            y[(size_t)m * N + col] = T(v);
-        }
-    }
+    hearth_mma_store<T, ROWS, NT, NW>(sum, y, N, col0);
 "#;
 
-/// Weight loads of [`MMAS_SOURCE`]: 16 bytes past L1 (as
-/// `hearth_ld_stream`), with `PF` asking L2 to fetch the 256 bytes around
+/// Weight loads of [`MMAS_SOURCE`] (after [`STREAM_HEADER`]): 16 bytes
+/// past L1, with `PF` asking L2 to fetch the 256 bytes around
 /// them (the block's warps read the neighbouring 64-byte pieces next).
 const MMAS_HEADER: &str = r#"
 template <int PF> static __device__ __forceinline__ uint4 hearth_ld_weight(const uint4* p) {
-    uint4 v;
-    if (PF) {
-        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
-    } else {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
+    if (!PF) {
+        return hearth_ld_stream(p);
     }
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
     return v;
 }
 "#;
@@ -451,21 +481,11 @@ const MMAS_SOURCE: &str = r#"
     constexpr int NT = (ROWS + 7) / 8;
     const int N = dims[0];
     const int K = dims[1];
-    const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int g = lane >> 2;
-    const int c = lane & 3;
     const int col0 = blockIdx.x * 16;
-    const uint4* w0 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g, N - 1) * K) + c;
-    const uint4* w1 = reinterpret_cast<const uint4*>(w + (size_t)min(col0 + g + 8, N - 1) * K) + c;
-    const uint4* xp[NT];
-    bool xok[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const int xr = t * 8 + g;
-        xok[t] = xr < ROWS;
-        xp[t] = reinterpret_cast<const uint4*>(x + (size_t)(xok[t] ? xr : 0) * K) + c;
-    }
+    const HearthMmaTile<T, ROWS, NT> tile(x, w, N, K, col0, threadIdx.x & 31);
+    const uint4* w0 = tile.w0;
+    const uint4* w1 = tile.w1;
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -485,7 +505,7 @@ const MMAS_SOURCE: &str = r#"
         ra1[u] = ok ? hearth_ld_weight<PF>(w1 + s * 4) : zero;
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-            rb[u][t] = (ok && xok[t]) ? xp[t][s * 4] : zero;
+            rb[u][t] = (ok && tile.xok[t]) ? tile.xp[t][s * 4] : zero;
         }
     }
     for (int s0 = warp; s0 < steps; s0 += D * NW) {
@@ -504,37 +524,13 @@ const MMAS_SOURCE: &str = r#"
                     ra1[u] = hearth_ld_weight<PF>(w1 + sn * 4);
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
-                        rb[u][t] = xok[t] ? xp[t][sn * 4] : zero;
+                        rb[u][t] = tile.xok[t] ? tile.xp[t][sn * 4] : zero;
                     }
                 }
             }
         }
     }
-    __shared__ float part[NW][NT * 4][32];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            part[warp][t * 4 + i][lane] = acc[t][i];
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += NW * 32) {
-        const int slot = e >> 5;
-        const int ln = e & 31;
-        float v = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NW; ++q) {
-            v += part[q][slot][ln];
-        }
-        const int t = slot >> 2;
-        const int i = slot & 3;
-        const int m = t * 8 + 2 * (ln & 3) + (i & 1);
-        const int col = col0 + (ln >> 2) + ((i & 2) ? 8 : 0);
-        if (m < ROWS && col < N) {
-            y[(size_t)m * N + col] = T(v);
-        }
-    }
+    hearth_mma_store<T, ROWS, NT, NW>(acc, y, N, col0);
 "#;
 
 const SOURCE: &str = r#"
@@ -734,7 +730,7 @@ thread_local! {
         &["x", "w", "dims"],
         &["y"],
         MMAS_SOURCE,
-        &format!("{MMA_HEADER}{MMAS_HEADER}"),
+        &format!("{MMA_HEADER}{STREAM_HEADER}{MMAS_HEADER}"),
     );
 }
 
