@@ -42,7 +42,7 @@ kernels = [
     ("hearth_gemv_mma", const("cuda_gemv.rs", "MMA_SOURCE"), const("cuda_gemv.rs", "MMA_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = 8;" for r in range(1, 17)]),
     ("hearth_gemv_mmas", const("cuda_gemv.rs", "MMAS_SOURCE"),
-     const("cuda_gemv.rs", "MMA_HEADER") + const("cuda_gemv.rs", "STREAM_HEADER") + const("cuda_gemv.rs", "MMAS_HEADER"), GEMV,
+     const("cuda_gemv.rs", "MMA_HEADER") + const("cuda_gemv.rs", "STREAM_HEADER"), GEMV,
      [f"constexpr int ROWS = {r}; constexpr int NW = {nw}; constexpr int D = {d}; constexpr int PF = {pf};"
       for r in (1, 2, 4, 8, 9, 16) for nw, d, pf in ((4, 4, 0), (8, 4, 0), (4, 2, 0), (4, 8, 0), (4, 4, 1))]),
     ("hearth_gemv_warp4", const("cuda_gemv.rs", "WARP4_SOURCE"), const("cuda_gemv.rs", "STREAM_HEADER"), GEMV,

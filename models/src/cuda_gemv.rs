@@ -354,15 +354,21 @@ static __device__ __forceinline__ void hearth_mma_store(const float (&acc)[NT][4
 }
 "#;
 
-/// Device helper of [`WARP4_SOURCE`]: 16 bytes of a weight row, read once,
-/// through the non-coherent path and not kept in L1, which then holds the
-/// activations that every warp of the block reads.
+/// Device helper of [`WARP4_SOURCE`], [`MMAS_SOURCE`] and the MoE experts'
+/// kernels: 16 bytes of a weight row, read once, through the non-coherent
+/// path and not kept in L1, which then holds the activations that every warp
+/// of the block reads. `PF = 1` also asks L2 for the 256 bytes around them
+/// (a block's other warps read the neighbouring pieces next).
 pub(crate) const STREAM_HEADER: &str = r#"
-static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
+template <int PF = 0> static __device__ __forceinline__ uint4 hearth_ld_stream(const uint4* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    if (PF) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    } else {
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    }
     return v;
 }
 "#;
@@ -454,22 +460,6 @@ const MMA_SOURCE: &str = r#"
     hearth_mma_store<T, ROWS, NT, NW>(sum, y, N, col0);
 "#;
 
-/// Weight loads of [`MMAS_SOURCE`] (after [`STREAM_HEADER`]): 16 bytes
-/// past L1, with `PF` asking L2 to fetch the 256 bytes around
-/// them (the block's warps read the neighbouring 64-byte pieces next).
-const MMAS_HEADER: &str = r#"
-template <int PF> static __device__ __forceinline__ uint4 hearth_ld_weight(const uint4* p) {
-    if (!PF) {
-        return hearth_ld_stream(p);
-    }
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-"#;
-
 /// [`MMA_SOURCE`]'s tile (16 output columns a block, the block's `NW` warps
 /// taking interleaved 32-element steps of K, the same fragments) with the
 /// loads pipelined: each warp keeps `D` steps of weights and activations in
@@ -501,8 +491,8 @@ const MMAS_SOURCE: &str = r#"
     for (int u = 0; u < D; ++u) {
         const int s = warp + u * NW;
         const bool ok = s < steps;
-        ra0[u] = ok ? hearth_ld_weight<PF>(w0 + s * 4) : zero;
-        ra1[u] = ok ? hearth_ld_weight<PF>(w1 + s * 4) : zero;
+        ra0[u] = ok ? hearth_ld_stream<PF>(w0 + s * 4) : zero;
+        ra1[u] = ok ? hearth_ld_stream<PF>(w1 + s * 4) : zero;
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             rb[u][t] = (ok && tile.xok[t]) ? tile.xp[t][s * 4] : zero;
@@ -520,8 +510,8 @@ const MMAS_SOURCE: &str = r#"
                 }
                 const int sn = s + D * NW;
                 if (sn < steps) {
-                    ra0[u] = hearth_ld_weight<PF>(w0 + sn * 4);
-                    ra1[u] = hearth_ld_weight<PF>(w1 + sn * 4);
+                    ra0[u] = hearth_ld_stream<PF>(w0 + sn * 4);
+                    ra1[u] = hearth_ld_stream<PF>(w1 + sn * 4);
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
                         rb[u][t] = tile.xok[t] ? tile.xp[t][sn * 4] : zero;
@@ -730,7 +720,7 @@ thread_local! {
         &["x", "w", "dims"],
         &["y"],
         MMAS_SOURCE,
-        &format!("{MMA_HEADER}{STREAM_HEADER}{MMAS_HEADER}"),
+        &format!("{MMA_HEADER}{STREAM_HEADER}"),
     );
 }
 
