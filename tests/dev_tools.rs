@@ -1,0 +1,95 @@
+//! `hearth dev step-ops` on a real model file: the primitive counts it
+//! prints are what docs/cuda.md reasons with, so the table must add up and
+//! `--prefill` must count the prompt's pass, not the decoding step.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use common::fixture;
+
+/// (header line, primitive → count) of one `step-ops` run.
+fn step_ops(args: &[&str]) -> (String, BTreeMap<String, usize>) {
+    let model = fixture("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["dev", "step-ops", "--model"])
+        .arg(&model)
+        .args(args)
+        .output()
+        .expect("run hearth");
+    assert!(
+        out.status.success(),
+        "step-ops {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let header = text.lines().next().unwrap_or_default().to_string();
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        if let [name, n] = cells.as_slice() {
+            if let Ok(n) = n.parse::<usize>() {
+                counts.insert(name.to_string(), n);
+            }
+        }
+    }
+    (header, counts)
+}
+
+/// The total the header states ("N primitives in ...").
+fn stated_total(header: &str) -> usize {
+    let (_, rest) = header.split_once(": ").expect("header has a colon");
+    rest.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no total in {header:?}"))
+}
+
+#[test]
+fn step_ops_counts_a_prompt_pass_and_a_decoding_step() {
+    let (short_h, short) = step_ops(&["--prefill", "--prompt-tokens", "8"]);
+    let (long_h, long) = step_ops(&["--prefill", "--prompt-tokens", "32"]);
+    let (step_h, step) = step_ops(&["--prompt-tokens", "8"]);
+
+    assert!(
+        short_h.contains("the pass over a 8-token prompt (30 layers)"),
+        "{short_h}"
+    );
+    assert!(
+        long_h.contains("the pass over a 32-token prompt"),
+        "{long_h}"
+    );
+    assert!(step_h.contains("one decoding step (30 layers)"), "{step_h}");
+    for (h, c) in [(&short_h, &short), (&long_h, &long), (&step_h, &step)] {
+        assert_eq!(c.values().sum::<usize>(), stated_total(h), "{h}: {c:?}");
+        // Every layer multiplies by its weights at least for q/k/v, o and the MLP.
+        let products: usize = c
+            .iter()
+            .filter(|(name, _)| name.contains("Matmul"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(products >= 30 * 4, "{h}: {products} products in {c:?}");
+    }
+    // One graph for any prompt length (the ops do not depend on it) ...
+    assert_eq!(short, long);
+    // ... and it is not the decoding step's: --prefill counts the pass.
+    assert_ne!(short, step);
+}
+
+#[test]
+fn step_ops_on_a_missing_model_fails_with_its_path() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args([
+            "dev",
+            "step-ops",
+            "--prefill",
+            "--model",
+            "/nonexistent/model",
+        ])
+        .output()
+        .expect("run hearth");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/model"), "{err}");
+}
