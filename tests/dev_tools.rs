@@ -93,3 +93,57 @@ fn step_ops_on_a_missing_model_fails_with_its_path() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/model"), "{err}");
 }
+
+/// `hearth dev prefill-bench` with `args` on the SmolLM2 GGUF: (success,
+/// stdout, stderr).
+fn prefill_bench(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["dev", "prefill-bench", "--model"])
+        .arg(fixture("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .args(args)
+        .output()
+        .expect("run hearth");
+    let text = |b: Vec<u8>| String::from_utf8(b).expect("utf-8");
+    (out.status.success(), text(out.stdout), text(out.stderr))
+}
+
+/// The three passes are timed and reported for the setting in force, each
+/// with a rate that matches its time; `--experts` (the MoE kernels of MLX's
+/// CUDA backend) is refused by name on a CPU.
+#[test]
+fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
+    let (ok, out, err) = prefill_bench(&["--prompts", "2", "--tokens", "8", "--rounds", "2"]);
+    assert!(ok, "prefill-bench failed: {err}");
+    assert!(
+        out.contains("2 prompts of 8 tokens, p50 of 2 rounds"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("| in force |"))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    let passes: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(
+        passes,
+        [
+            "a pass per chunk",
+            "one batched pass",
+            "one chunk of all the tokens"
+        ],
+        "{out}"
+    );
+    for r in &rows {
+        let ms: f64 = r[2].parse().expect("ms");
+        let rate: f64 = r[3].parse().expect("tokens/s");
+        assert!(ms > 0.0, "{out}");
+        // 16 prompt tokens a round (rounded in the table).
+        assert!((rate * ms / 1e3 - 16.0).abs() < 1.6, "{r:?}");
+        assert_eq!(r[5], "1.000x", "one setting: its own first: {out}");
+    }
+    assert_eq!(rows[0][4], "1.00x", "{out}");
+
+    let (ok, _, err) = prefill_bench(&["--prompts", "1", "--tokens", "4", "--experts", "1-16"]);
+    assert!(!ok);
+    assert!(err.contains("--experts") && err.contains("CUDA"), "{err}");
+}

@@ -3,7 +3,9 @@
 //! ([`hearth_models::PrefillBatch`]), and as one chunk of all their tokens
 //! (the same tokens in a single row: what batching could at best reach).
 //! No scheduler, sampling or HTTP; the three take turns each round, so a
-//! machine's drift reaches them alike.
+//! machine's drift reaches them alike, and so do the MoE experts settings
+//! that `--experts` compares (CUDA: which token counts take Hearth's
+//! experts kernels, models/src/cuda_experts.rs).
 
 use std::time::Instant;
 
@@ -39,6 +41,43 @@ pub struct Options {
     /// into the two passes.
     #[arg(long)]
     pub profile: bool,
+    /// A setting of the MoE experts kernels to compare (repeatable; the
+    /// syntax of HEARTH_CUDA_EXPERTS: `off`, `on` or `MIN-MAX` token
+    /// rows), CUDA only; the settings take turns within each round. None:
+    /// the setting in force.
+    #[arg(long)]
+    pub experts: Vec<String>,
+}
+
+/// An experts setting to time under: `(name, rows)`, `rows` `None` for the
+/// setting in force, `Some(None)` for off.
+type ExpertsVariant = (String, Option<Option<(usize, usize)>>);
+
+fn experts_variants(settings: &[String]) -> Result<Vec<ExpertsVariant>> {
+    if settings.is_empty() {
+        return Ok(vec![("in force".into(), None)]);
+    }
+    if crate::device::DeviceInfo::detect().backend != "cuda" {
+        anyhow::bail!("--experts compares CUDA kernels: this is not MLX's CUDA backend");
+    }
+    settings
+        .iter()
+        .map(|s| {
+            hearth_models::cuda_experts::parse_rows(s)
+                .map(|rows| (s.clone(), Some(rows)))
+                .map_err(|e| anyhow::anyhow!("--experts {s}: {e}"))
+        })
+        .collect()
+}
+
+/// Puts an experts setting in force (`None`: leave it as it is).
+fn apply_experts(rows: Option<Option<(usize, usize)>>) {
+    use hearth_models::cuda_experts;
+    match rows {
+        None => {}
+        Some(None) => cuda_experts::disable(),
+        Some(Some((min, max))) => cuda_experts::enable(min, max),
+    }
 }
 
 fn fresh(model: &Model) -> Vec<BatchKv> {
@@ -63,26 +102,92 @@ fn mark(logits: &Array) -> Result<()> {
     Ok(mlx_rs::transforms::eval([&top])?)
 }
 
-/// Prints a Markdown table: p50 milliseconds and prompt tokens per second.
-pub fn run(opts: &Options) -> Result<()> {
-    let loaded = hearth_models::load(&opts.model)
-        .with_context(|| format!("loading {}", opts.model.display()))?;
-    crate::device::enable_cuda_kernels();
-    let m = &loaded.model;
-    let kv_heads = m.config.num_key_value_heads;
+/// The three passes over `n` prompts of `len` tokens (one pass per chunk,
+/// one batched pass, one chunk of all the tokens), timed; `profiled`
+/// brackets the first single-prompt pass and the batched one for `ncu`.
+fn passes(
+    m: &Model,
+    shape: BatchShape,
+    n: usize,
+    len: usize,
+    profiled: bool,
+) -> Result<[std::time::Duration; 3]> {
     let vocab = m.config.vocab_size as i32;
-    let (n, base_len) = (opts.prompts.max(1), opts.tokens.max(1));
-    let longest = base_len + if opts.new_lengths { opts.rounds } else { 0 };
     let ids = |row: usize, count: usize| -> Vec<i32> {
         (0..count)
             .map(|i| ((i * 7 + row * 13) as i32 % vocab).max(1))
             .collect()
     };
+    // One pass per chunk.
+    let mut kv = fresh(m);
+    let started = Instant::now();
+    for row in 0..n {
+        if profiled && row == 0 && !super::cuda_profiler::start() {
+            eprintln!("--profile: no CUDA driver here, nothing to bracket");
+        }
+        let x = Array::from_slice(&ids(row, len), &[1, len as i32]);
+        let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, row, 0))?;
+        eval(&kv, &logits)?;
+        if profiled && row == 0 {
+            mark(&logits)?;
+            super::cuda_profiler::stop();
+        }
+    }
+    let seq = started.elapsed();
+    // One batched pass.
+    let mut kv = fresh(m);
+    let started = Instant::now();
+    let chunks = (0..n)
+        .map(|row| PrefillChunk { row, start: 0, len })
+        .collect();
+    if profiled {
+        super::cuda_profiler::start();
+    }
+    let batch = PrefillBatch::new(shape, m.config.num_key_value_heads, chunks)?;
+    let width = batch.width();
+    let mut x = vec![0i32; n * width];
+    for row in 0..n {
+        x[row * width..row * width + len].copy_from_slice(&ids(row, len));
+    }
+    let x = Array::from_slice(&x, &[n as i32, width as i32]);
+    let logits = forward(m, &x, BatchKv::prefill_batch_views(&mut kv, &batch))?;
+    eval(&kv, &logits)?;
+    let batched = started.elapsed();
+    if profiled {
+        mark(&logits)?;
+        super::cuda_profiler::stop();
+    }
+    // All the tokens as one chunk of one row.
+    let mut kv = fresh(m);
+    let started = Instant::now();
+    let x = Array::from_slice(&ids(0, n * len), &[1, (n * len) as i32]);
+    let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, 0, 0))?;
+    eval(&kv, &logits)?;
+    Ok([seq, batched, started.elapsed()])
+}
+
+fn p50(t: &[f64]) -> f64 {
+    let mut t = t.to_vec();
+    t.sort_by(f64::total_cmp);
+    t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Prints a Markdown table: p50 milliseconds and prompt tokens per second,
+/// per experts setting and pass.
+pub fn run(opts: &Options) -> Result<()> {
+    let variants = experts_variants(&opts.experts)?;
+    let loaded = hearth_models::load(&opts.model)
+        .with_context(|| format!("loading {}", opts.model.display()))?;
+    crate::device::enable_cuda_kernels();
+    let m = &loaded.model;
+    let (n, base_len) = (opts.prompts.max(1), opts.tokens.max(1));
+    let longest = base_len + if opts.new_lengths { opts.rounds } else { 0 };
     let shape = BatchShape {
         rows: n,
         capacity: (n * longest).div_ceil(256) * 256,
     };
-    let mut times: [Vec<f64>; 3] = Default::default();
+    // Per variant, per pass: milliseconds of each timed round.
+    let mut times: Vec<[Vec<f64>; 3]> = vec![Default::default(); variants.len()];
     let mut tokens = 0;
     for round in 0..=opts.rounds {
         let len = if opts.new_lengths {
@@ -90,58 +195,18 @@ pub fn run(opts: &Options) -> Result<()> {
         } else {
             base_len
         };
-        let profiled = opts.profile && round == opts.rounds;
-        // One pass per chunk.
-        let mut kv = fresh(m);
-        let started = Instant::now();
-        for row in 0..n {
-            if profiled && row == 0 && !super::cuda_profiler::start() {
-                eprintln!("--profile: no CUDA driver here, nothing to bracket");
-            }
-            let x = Array::from_slice(&ids(row, len), &[1, len as i32]);
-            let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, row, 0))?;
-            eval(&kv, &logits)?;
-            if profiled && row == 0 {
-                mark(&logits)?;
-                super::cuda_profiler::stop();
+        for (v, (_, rows)) in variants.iter().enumerate() {
+            apply_experts(*rows);
+            let profiled = opts.profile && round == opts.rounds && v == 0;
+            let durations = passes(m, shape, n, len, profiled)?;
+            if round > 0 {
+                for (t, d) in times[v].iter_mut().zip(durations) {
+                    t.push(d.as_secs_f64() * 1e3);
+                }
             }
         }
-        let seq = started.elapsed();
-        // One batched pass.
-        let mut kv = fresh(m);
-        let started = Instant::now();
-        let chunks = (0..n)
-            .map(|row| PrefillChunk { row, start: 0, len })
-            .collect();
-        if profiled {
-            super::cuda_profiler::start();
-        }
-        let batch = PrefillBatch::new(shape, kv_heads, chunks)?;
-        let width = batch.width();
-        let mut x = vec![0i32; n * width];
-        for row in 0..n {
-            x[row * width..row * width + len].copy_from_slice(&ids(row, len));
-        }
-        let x = Array::from_slice(&x, &[n as i32, width as i32]);
-        let logits = forward(m, &x, BatchKv::prefill_batch_views(&mut kv, &batch))?;
-        eval(&kv, &logits)?;
-        let batched = started.elapsed();
-        if profiled {
-            mark(&logits)?;
-            super::cuda_profiler::stop();
-        }
-        // All the tokens as one chunk of one row.
-        let mut kv = fresh(m);
-        let started = Instant::now();
-        let x = Array::from_slice(&ids(0, n * len), &[1, (n * len) as i32]);
-        let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, 0, 0))?;
-        eval(&kv, &logits)?;
-        let one = started.elapsed();
         if round > 0 {
             tokens += n * len;
-            for (t, d) in times.iter_mut().zip([seq, batched, one]) {
-                t.push(d.as_secs_f64() * 1e3);
-            }
         }
     }
     let lengths = if opts.new_lengths {
@@ -159,22 +224,26 @@ pub fn run(opts: &Options) -> Result<()> {
     );
     // Tokens of a median round (the mean over the timed rounds).
     let round_tokens = tokens as f64 / opts.rounds.max(1) as f64;
-    println!("| pass | ms p50 | prompt tokens/s | vs a pass per chunk |");
-    println!("|---|---:|---:|---:|");
-    let p50 = |t: &mut Vec<f64>| {
-        t.sort_by(f64::total_cmp);
-        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
-    };
-    let base = p50(&mut times[0].clone());
+    println!(
+        "| experts | pass | ms p50 | prompt tokens/s | vs a pass per chunk | vs 1st experts setting |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
     let names = [
-        "a pass per chunk".to_string(),
-        "one batched pass".to_string(),
-        "one chunk of all the tokens".to_string(),
+        "a pass per chunk",
+        "one batched pass",
+        "one chunk of all the tokens",
     ];
-    for (name, t) in names.iter().zip(times.iter_mut()) {
-        let ms = p50(t);
-        let rate = round_tokens / (ms / 1e3);
-        println!("| {name} | {ms:.1} | {rate:.0} | {:.2}x |", base / ms);
+    for ((setting, _), t) in variants.iter().zip(&times) {
+        let base = p50(&t[0]);
+        for (pass, (name, ms)) in names.iter().zip(t.iter().map(|t| p50(t))).enumerate() {
+            let rate = round_tokens / (ms / 1e3);
+            let first = p50(&times[0][pass]);
+            println!(
+                "| {setting} | {name} | {ms:.1} | {rate:.0} | {:.2}x | {:.3}x |",
+                base / ms,
+                ms / first
+            );
+        }
     }
     Ok(())
 }
