@@ -195,8 +195,9 @@ pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 /// - a sparse MoE block's router (softmax, top k, renormalisation) and its
 ///   weighted sum of experts, one kernel each (models/src/cuda_moe.rs):
 ///   `HEARTH_CUDA_MOE=on|off` ([`DEFAULT_CUDA_MOE`]).
-/// - a sparse MoE block's routed experts at decode sizes, gate/up with the
-///   SwiGLU and down, each expert read once for all its tokens
+/// - a sparse MoE block's routed experts at decode and small prompt sizes,
+///   gate/up with the SwiGLU and down, each expert read once for all its
+///   tokens
 ///   (models/src/cuda_experts.rs): `HEARTH_CUDA_EXPERTS=on|off|MIN-MAX`
 ///   token rows ([`DEFAULT_CUDA_EXPERTS`]).
 ///
@@ -268,8 +269,10 @@ pub fn enable_cuda_kernels() {
 
 /// Token rows whose MoE experts run as Hearth's two kernels unless
 /// `HEARTH_CUDA_EXPERTS` (`on`, `off` or `MIN-MAX`) says otherwise
-/// (models/src/cuda_experts.rs): every decode size they take.
-pub const DEFAULT_CUDA_EXPERTS: &str = "1-16";
+/// (models/src/cuda_experts.rs): every decode size, and prompt passes up to
+/// where MLX's grouped GEMM becomes the faster (~540 tokens of the Qwen3.5
+/// MoE on an H100, bench/results/h100-2026-12-06.md).
+pub const DEFAULT_CUDA_EXPERTS: &str = "1-512";
 
 fn enable_cuda_experts() {
     use hearth_models::cuda_experts;

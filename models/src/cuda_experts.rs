@@ -1,7 +1,7 @@
-//! A sparse MoE block's routed experts at decode sizes, two kernels for
-//! MLX's CUDA backend: the gate and up projections with the SwiGLU, then the
-//! down projection, each reading every expert's weights once for all the
-//! tokens that chose it.
+//! A sparse MoE block's routed experts on MLX's CUDA backend, at decode
+//! and prompt sizes: two kernels, the gate and up projections with the
+//! SwiGLU, then the down projection, each reading every expert's weights
+//! once for all the tokens that chose it.
 //!
 //! MLX's `gather_mm` with unsorted indices (what a decode step of a few
 //! rows uses: sorting costs more ops than it saves there, see
@@ -12,25 +12,30 @@
 //! router's skew), and the expert products are most of a step's GPU time
 //! (docs/cuda.md). MLX also runs gate, up, SwiGLU and down as four graph
 //! nodes per block, where these are two: a decode step is bound by MLX's
-//! host time per node at few rows.
+//! host time per node at few rows. A prompt pass sorts its pairs and runs
+//! MLX's grouped GEMM, which reads the experts at about a fifth of the copy
+//! bandwidth whatever the token count (~0.8 ms a call for a 136-token
+//! pass on an H200): up to a few hundred tokens, few pairs share an expert
+//! and the same kernels, which stream each expert once per
+//! [`PROMPT_PAIR_CHUNK`] of its pairs, are the faster way.
 //!
 //! Both kernels take a thread block per (used expert, tile of output
 //! columns): the block finds its expert as the `blockIdx.y`-th smallest
 //! expert named by the indices (a bitmap in shared memory; blocks past the
-//! number of distinct experts exit at once), lists the pairs that chose it,
-//! and each warp computes `C` adjacent output columns for up to
-//! [`PAIR_CHUNK`] pairs per pass over the weight rows (16-byte loads
-//! streamed past L1, f32 accumulation, a warp-shuffle reduction). Each
-//! pair's sum is computed the same way whoever shares its expert, so results
-//! do not depend on the batch. Rounding follows MLX: the gate and up
-//! products rounded to the element type, then the SwiGLU as
-//! [`crate::cuda_swiglu`] rounds it.
+//! number of distinct experts exit at once), lists the pairs that chose it
+//! (at most one a token: a token's experts are distinct), and each warp
+//! computes `C` adjacent output columns for up to `PCH` pairs per pass
+//! over the weight rows (16-byte loads streamed past L1, f32 accumulation,
+//! a warp-shuffle reduction). Each pair's sum is computed the same way
+//! whoever shares its expert, so results do not depend on the batch.
+//! Rounding follows MLX: the gate and up products rounded to the element
+//! type, then the SwiGLU as [`crate::cuda_swiglu`] rounds it.
 //!
 //! In force after [`enable`] for a range of token rows (Hearth enables it on
 //! CUDA unless `HEARTH_CUDA_EXPERTS=off`, docs/cuda.md), for dense bf16/f16
-//! experts only, per shape and element type only once it matched the
-//! block's own MLX ops on this device, on the block's own weights, at first
-//! use.
+//! experts only, per shape and element type only once both compiled forms
+//! (decode and prompt sizes) matched the block's own MLX ops on this
+//! device, on the block's own weights, at first use.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -45,11 +50,14 @@ static ON: AtomicBool = AtomicBool::new(false);
 static MIN_ROWS: AtomicUsize = AtomicUsize::new(1);
 static MAX_ROWS_ON: AtomicUsize = AtomicUsize::new(MAX_ROWS);
 
-/// Most token rows a call takes (decode sizes; more use MLX's ops).
-pub const MAX_ROWS: usize = 16;
+/// Most token rows a call takes (more use MLX's ops): the length of a
+/// block's shared list of its expert's pairs, which holds at most one pair
+/// a token.
+pub const MAX_ROWS: usize = 4096;
 
-/// Most (token, expert) pairs a call takes: the kernels' shared list.
-const MAX_PAIRS: i32 = 256;
+/// Most token rows of a decode-sized call: the form compiled for them
+/// takes [`PAIR_CHUNK`] pairs a pass and lists at most this many.
+pub const MAX_DECODE_ROWS: usize = 16;
 
 /// Most experts a block takes (the bitmap of used experts is E/32 words).
 const MAX_EXPERTS: i32 = 4096;
@@ -58,7 +66,9 @@ const MAX_EXPERTS: i32 = 4096;
 const WARPS: i32 = 8;
 
 /// Pairs one pass over an expert's weight rows serves; an expert chosen by
-/// more tokens takes more passes (mostly L2 hits).
+/// more tokens takes more passes (mostly L2 hits). 8 was slower at every
+/// prompt size measured (136 to 1 024 tokens: 158 registers a thread
+/// against 96, one block a multiprocessor; bench/results/h100-2026-12-06.md).
 const PAIR_CHUNK: i32 = 4;
 
 /// Output columns per warp: the gate/up kernel loads 2 × 4 weight rows per
@@ -132,11 +142,14 @@ const SOURCE: &str = r#"
     }
     for (int i = tid; i < P; i += NT) {
         if (inds[i] == (unsigned)e) {
-            pairs[atomicAdd(&npairs, 1)] = i;
+            const int slot = atomicAdd(&npairs, 1);
+            if (slot < MAXP) {
+                pairs[slot] = i;
+            }
         }
     }
     __syncthreads();
-    const int np = npairs;
+    const int np = min(npairs, MAXP);
     const int col0 = (blockIdx.x * NW + warp) * C;
     if (col0 >= O) {
         return;
@@ -249,9 +262,9 @@ thread_local! {
     static CHECKED: Checked<CheckKey> = const { Checked::new() };
 }
 
-/// Puts the kernels in force for decode steps of `min_rows..=max_rows`
-/// token rows (each shape and type is checked at first use). Call only on
-/// a CUDA device.
+/// Puts the kernels in force for calls of `min_rows..=max_rows` token
+/// rows (each shape and type is checked at first use). Call only on a CUDA
+/// device.
 pub fn enable(min_rows: usize, max_rows: usize) {
     MIN_ROWS.store(min_rows, Ordering::Relaxed);
     MAX_ROWS_ON.store(max_rows, Ordering::Relaxed);
@@ -294,7 +307,7 @@ pub fn glu(
     gate: &Array,
     up: &Array,
     down: &Array,
-    reference: impl FnOnce(&Array, &Array) -> Result<Array>,
+    reference: impl Fn(&Array, &Array) -> Result<Array>,
 ) -> Result<Option<Array>> {
     if !ON.load(Ordering::Relaxed) || indices.ndim() == 0 || x.ndim() == 0 {
         return Ok(None);
@@ -317,8 +330,8 @@ pub fn glu(
 }
 
 /// Whether the kernels take these operands: one half-precision type, the
-/// shapes of [`glu`], widths in whole 16-byte loads, at most
-/// [`MAX_ROWS`] rows and [`MAX_PAIRS`] pairs.
+/// shapes of [`glu`], widths in whole 16-byte loads, at most [`MAX_ROWS`]
+/// rows.
 fn takes(x: &Array, indices: &Array, gate: &Array, up: &Array, down: &Array) -> bool {
     let dtype = x.dtype();
     if !half_precision(dtype)
@@ -341,12 +354,14 @@ fn takes(x: &Array, indices: &Array, gate: &Array, up: &Array, down: &Array) -> 
         && h % DOWN_COLS == 0
         && i % 8 == 0
         && pairs > 0
-        && pairs <= MAX_PAIRS
+        && pairs % k == 0
         && (pairs / k) as usize <= MAX_ROWS
         && x.size() == (pairs / k) as usize * h as usize
         && indices.shape()[..indices.ndim() - 1] == x.shape()[..x.ndim() - 1]
 }
 
+/// One of the two kernels, in its prompt form (a longer list of pairs)
+/// above [`MAX_DECODE_ROWS`] rows.
 fn launch(
     x: &Array,
     indices: &Array,
@@ -358,6 +373,11 @@ fn launch(
     let (e, o, h) = (wg.dim(0), wg.dim(1), wg.dim(2));
     let k = indices.dim(-1);
     let pairs = indices.size() as i32;
+    let listed = if (pairs / k) as usize <= MAX_DECODE_ROWS {
+        MAX_DECODE_ROWS
+    } else {
+        MAX_ROWS
+    };
     let cols = if glu { GLU_COLS } else { DOWN_COLS };
     let per_block = WARPS * cols;
     let tiles = (o + per_block - 1) / per_block;
@@ -369,7 +389,7 @@ fn launch(
         ("O", TemplateArg::Int(o)),
         ("C", TemplateArg::Int(cols)),
         ("NW", TemplateArg::Int(WARPS)),
-        ("MAXP", TemplateArg::Int(MAX_PAIRS)),
+        ("MAXP", TemplateArg::Int(listed as i32)),
         ("PCH", TemplateArg::Int(PAIR_CHUNK)),
         ("GLU", TemplateArg::Int(glu as i32)),
         ("XPAIR", TemplateArg::Int(!glu as i32)),
@@ -415,25 +435,30 @@ fn shared_indices(rows: i32, k: i32, e: i32) -> Result<Array> {
     Ok(spread.as_dtype(Dtype::Uint32)?)
 }
 
-/// The kernels against the block's MLX ops on its own weights, for 16
-/// tokens of random activations and [`shared_indices`].
+/// Token rows of the prompt-sized check: past [`MAX_DECODE_ROWS`], and
+/// enough pairs that MLX's reference sorts them (its grouped GEMM).
+const CHECK_PROMPT_ROWS: i32 = 80;
+
+/// The kernels against the block's MLX ops on its own weights, for random
+/// activations and [`shared_indices`]: 16 tokens (the decode form) and
+/// [`CHECK_PROMPT_ROWS`] (the prompt form); the larger error of the two.
 fn check(
     gate: &Array,
     up: &Array,
     down: &Array,
     k: i32,
-    reference: impl FnOnce(&Array, &Array) -> Result<Array>,
+    reference: impl Fn(&Array, &Array) -> Result<Array>,
 ) -> std::result::Result<f32, String> {
-    let run = || -> Result<f32> {
+    let run = |rows: i32| -> Result<f32> {
         let (e, h) = (gate.dim(0), gate.dim(2));
-        let rows = MAX_ROWS as i32;
         let x = mlx_rs::random::normal::<f32>(&[rows, 1, h], None, None, None)?
             .as_dtype(gate.dtype())?;
         let idx = shared_indices(rows, k, e)?;
         let ours = apply(&x, &idx, gate, up, down)?;
         output_error(&ours, &reference(&x, &idx)?)
     };
-    verdict(run(), "MLX's gather_mm and SwiGLU")
+    let both = run(MAX_DECODE_ROWS as i32).and_then(|d| Ok(d.max(run(CHECK_PROMPT_ROWS)?)));
+    verdict(both, "MLX's gather_mm and SwiGLU")
 }
 
 #[cfg(test)]
@@ -479,9 +504,13 @@ mod tests {
         assert!(!takes(&x, &idx, &g, &u, &g), "down must be [E, H, I]");
         let wide = bf16(&[2, 1, 24], 5);
         assert!(!takes(&wide, &idx, &g, &u, &d), "x must be H wide");
-        let many = Array::from_slice(&[0u32; 34], &[17, 1, 2]);
-        let x17 = bf16(&[17, 1, 16], 6);
-        assert!(!takes(&x17, &many, &g, &u, &d), "more than MAX_ROWS rows");
+        // Prompt sizes too, up to MAX_ROWS token rows.
+        let rows = MAX_ROWS as i32;
+        let prompt = ops::broadcast_to(idx.index((..1, .., ..)), &[rows, 1, 2]).unwrap();
+        assert!(takes(&bf16(&[rows, 1, 16], 6), &prompt, &g, &u, &d));
+        let many = ops::broadcast_to(idx.index((..1, .., ..)), &[rows + 1, 1, 2]).unwrap();
+        let x = bf16(&[rows + 1, 1, 16], 7);
+        assert!(!takes(&x, &many, &g, &u, &d), "more than MAX_ROWS rows");
     }
 
     #[test]
@@ -489,7 +518,8 @@ mod tests {
         assert_eq!(parse_rows("off"), Ok(None));
         assert_eq!(parse_rows(" on "), Ok(Some((1, MAX_ROWS))));
         assert_eq!(parse_rows("2-16"), Ok(Some((2, 16))));
-        for bad in ["0-4", "5-4", "1-17", "4", "x-y", ""] {
+        assert_eq!(parse_rows("1-4096"), Ok(Some((1, 4096))));
+        for bad in ["0-4", "5-4", "1-4097", "4", "x-y", ""] {
             assert!(parse_rows(bad).is_err(), "{bad}");
         }
     }
