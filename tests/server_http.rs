@@ -812,3 +812,50 @@ async fn switching_to_a_model_larger_than_memory_keeps_the_served_one() {
     assert_eq!(reply["model"], "qwen3-tiny");
     assert_eq!(reply["usage"]["completion_tokens"], 3);
 }
+
+/// The value of an unlabelled gauge in Prometheus text.
+fn gauge(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{metrics}"))
+}
+
+/// `--mlx-cache-mb 0`: the freed buffers of a finished request go back at
+/// once instead of staying in MLX's cache for the idle grace, while a server
+/// without it keeps them cached (MLX's own limit, 32 MiB on a CPU).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mlx_cache_limit_bounds_the_cached_buffers() {
+    let mut cached = Vec::new();
+    for extra in [&[][..], &["--mlx-cache-mb", "0"][..]] {
+        let mut args = vec!["--idle-release-seconds", "600"];
+        args.extend_from_slice(extra);
+        let server = TestServer::start(&smollm2(), &args);
+        let (status, body) = post_json(
+            &server,
+            "/v1/chat/completions",
+            &with(chat("Hi"), json!({"max_tokens": 8})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        wait_idle(&server, Duration::from_secs(10)).await;
+        let metrics = client()
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .expect("request")
+            .text()
+            .await
+            .expect("text");
+        assert!(
+            gauge(&metrics, "hearth_mlx_active_memory_bytes") > 0.0,
+            "the weights"
+        );
+        cached.push(gauge(&metrics, "hearth_mlx_cache_memory_bytes"));
+    }
+    assert!(
+        cached[0] > 0.0,
+        "MLX's default keeps freed buffers: {cached:?}"
+    );
+    assert_eq!(cached[1], 0.0, "--mlx-cache-mb 0 keeps none: {cached:?}");
+}

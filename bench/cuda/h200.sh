@@ -14,6 +14,8 @@
 #      H200_DECODE_PREFIX: a command in front, e.g. taskset -c 0-3);
 #      H200_SWEEP_MODELS: the models whose servers are measured (default all);
 #      H200_PEER=0: no mlx_lm.server in the sweep (an A/B of Hearth variants);
+#      H200_SERVE_ARGS: extra `hearth serve` arguments for every Hearth server
+#      (e.g. --mlx-cache-mb 8192, so several servers share an 80 GB GPU);
 #      H200_NCU_DECODE: models whose decode step is profiled with Nsight
 #      Compute (decode-bench at H200_NCU_ROWS="1 2 8", per H200_NCU_VARIANTS;
 #      a variant's NCU_ROWS=... sets its own row counts; none starts after
@@ -255,8 +257,9 @@ EOF
     for k in "${!variants[@]}"; do
       variant "${variants[$k]}"
       port=$((8000 + 2 * k))
+      # shellcheck disable=SC2086  # H200_SERVE_ARGS is a word list (e.g. --mlx-cache-mb 8192)
       env "${envs[@]}" HEARTH_STEP_TRACE="/tmp/trace-$name-$vname.tsv" \
-        $H serve --model "/tmp/$name" --port $port --max-running 16 --max-queue 256 \
+        $H serve --model "/tmp/$name" --port $port --max-running 16 --max-queue 256 ${H200_SERVE_ARGS:-} \
         > "/tmp/hearth-serve-$name-$vname.log" 2>&1 &
       pids+=($!) ports+=($port) compare+="$vname=http://127.0.0.1:$port,"
     done

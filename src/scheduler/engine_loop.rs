@@ -47,6 +47,12 @@ pub(super) fn start(
     let thread = std::thread::Builder::new()
         .name("hearth-engine".into())
         .spawn(move || {
+            if let Some(bytes) = thread_config.mlx_cache_bytes {
+                match mlx_rs::memory::set_cache_limit(bytes) {
+                    Ok(_) => tracing::info!(bytes, "MLX cache limit set"),
+                    Err(e) => tracing::warn!(bytes, error = %e, "MLX cache limit not set"),
+                }
+            }
             if let Err(e) = crate::engine::fit::check(&path) {
                 let _ = ready_tx.send(Err(anyhow::Error::new(e)));
                 return;

@@ -89,6 +89,12 @@ pub struct SchedulerConfig {
     /// (docs/scheduler.md, "Idle memory"). Default 30 s;
     /// `HEARTH_IDLE_RELEASE=SECONDS` overrides it (0: release at once).
     pub idle_release: Duration,
+    /// Most bytes of freed buffers MLX keeps cached for reuse (its cache
+    /// limit, process-wide); `None` leaves MLX's own: about all the device
+    /// memory on CUDA (so two servers on one GPU can run each other out of
+    /// memory), more than the recommended working set on a Mac, 32 MiB on a
+    /// CPU (docs/scheduler.md, "Idle memory").
+    pub mlx_cache_bytes: Option<usize>,
 }
 
 /// A setting in seconds as a duration: `None` unless finite and `>= 0`;
@@ -168,6 +174,7 @@ impl Default for SchedulerConfig {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .and_then(seconds)
                 .unwrap_or(DEFAULT_IDLE_RELEASE),
+            mlx_cache_bytes: None,
         }
     }
 }

@@ -83,6 +83,10 @@ pub struct ServerSettings {
     /// the KV budget, 0 = off (docs/prefix-cache.md).
     #[serde(alias = "prefix-cache-mb")]
     pub prefix_cache_mb: Option<usize>,
+    /// Most MiB of freed buffers MLX keeps cached for reuse; `None` =
+    /// MLX's own limit (docs/scheduler.md, "Idle memory").
+    #[serde(alias = "mlx-cache-mb")]
+    pub mlx_cache_mb: Option<usize>,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -131,6 +135,7 @@ impl Default for ServerSettings {
             batch_prefill: scheduler.batch_prefill,
             idle_release_seconds: scheduler.idle_release.as_secs_f64(),
             prefix_cache_mb: None,
+            mlx_cache_mb: None,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -336,6 +341,7 @@ impl ServerSettings {
             idle_release: crate::scheduler::seconds(self.idle_release_seconds)
                 .unwrap_or(crate::scheduler::DEFAULT_IDLE_RELEASE),
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
+            mlx_cache_bytes: self.mlx_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
         }
     }
 
@@ -361,13 +367,18 @@ mod tests {
             dir.path(),
             "serve.toml",
             "port = 9000\nmax-running = 3\nmax_queue = 5\naliases = [\"gpt-4o\"]\n\
-             idle-release-seconds = 2.5\n",
+             idle-release-seconds = 2.5\nmlx-cache-mb = 64\n",
         );
         let s = ServerSettings::from_file(&toml_path).expect("toml");
         assert_eq!(s.port, 9000);
         assert_eq!(
             s.scheduler_config().idle_release,
             Duration::from_millis(2500)
+        );
+        assert_eq!(s.scheduler_config().mlx_cache_bytes, Some(64 << 20));
+        assert_eq!(
+            ServerSettings::default().scheduler_config().mlx_cache_bytes,
+            None
         );
         assert_eq!(s.max_running, 3);
         assert_eq!(s.max_queue, 5);

@@ -356,6 +356,10 @@ pub struct ServeArgs {
     /// Prefix cache size in MiB, inside the KV budget; 0 turns it off [default: a quarter of the KV budget].
     #[arg(long)]
     pub prefix_cache_mb: Option<usize>,
+    /// Most MiB of freed buffers MLX keeps cached for reuse; 0 keeps none. Set it when other
+    /// processes share the GPU [default: MLX's own limit, about all of a GPU's memory] (docs/scheduler.md).
+    #[arg(long)]
+    pub mlx_cache_mb: Option<usize>,
     /// Largest request body in bytes; larger ones get 413 [default: 16 MiB].
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
@@ -437,6 +441,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.prefix_cache_mb {
             s.prefix_cache_mb = Some(v);
+        }
+        if let Some(v) = self.mlx_cache_mb {
+            s.mlx_cache_mb = Some(v);
         }
         if let Some(v) = self.max_body_bytes {
             s.max_body_bytes = v;
