@@ -62,13 +62,6 @@ fn curl(ns: &NetNs, url: &str, key: Option<&str>) -> (u16, String) {
     (status.trim().parse().unwrap_or(0), body.to_string())
 }
 
-fn metric(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-}
-
 #[test]
 fn aider_edits_a_tiny_repo_over_the_lan() {
     if let Err(why) = netns::available() {

@@ -393,14 +393,7 @@ async fn real_model_chat_completions_and_errors() {
     );
 
     // Metrics: Prometheus text with scheduler and process gauges.
-    let metrics = client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("text");
+    let metrics = get_text(&server, "/metrics").await;
     for name in [
         "hearth_requests_total",
         "hearth_queue_depth",
@@ -596,14 +589,7 @@ async fn queue_full_is_429_with_retry_after() {
         .expect("Retry-After seconds");
     assert!(retry_after >= 1);
     assert_openai_error(&body, "rate_limit_error");
-    let metrics = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("text");
+    let metrics = get_text(&server, "/metrics").await;
     assert!(
         metrics.contains("hearth_requests_rejected_total 1"),
         "{metrics}"
@@ -653,14 +639,7 @@ async fn disconnect_cancels_the_job() {
         .await;
     assert!(result.is_err(), "the request should have timed out");
     wait_idle(&server, Duration::from_secs(5)).await;
-    let metrics = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("text");
+    let metrics = get_text(&server, "/metrics").await;
     assert!(
         metrics.contains("hearth_requests_cancelled_total 2"),
         "{metrics}"
@@ -813,14 +792,6 @@ async fn switching_to_a_model_larger_than_memory_keeps_the_served_one() {
     assert_eq!(reply["usage"]["completion_tokens"], 3);
 }
 
-/// The value of an unlabelled gauge in Prometheus text.
-fn gauge(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{metrics}"))
-}
-
 /// `--mlx-cache-mb 0`: the freed buffers of a finished request go back at
 /// once instead of staying in MLX's cache for the idle grace, while a server
 /// without it keeps them cached (MLX's own limit, 32 MiB on a CPU).
@@ -839,19 +810,12 @@ async fn mlx_cache_limit_bounds_the_cached_buffers() {
         .await;
         assert_eq!(status, 200, "{body}");
         wait_idle(&server, Duration::from_secs(10)).await;
-        let metrics = client()
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .expect("request")
-            .text()
-            .await
-            .expect("text");
+        let metrics = get_text(&server, "/metrics").await;
         assert!(
-            gauge(&metrics, "hearth_mlx_active_memory_bytes") > 0.0,
+            metric(&metrics, "hearth_mlx_active_memory_bytes") > 0.0,
             "the weights"
         );
-        cached.push(gauge(&metrics, "hearth_mlx_cache_memory_bytes"));
+        cached.push(metric(&metrics, "hearth_mlx_cache_memory_bytes"));
     }
     assert!(
         cached[0] > 0.0,

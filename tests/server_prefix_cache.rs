@@ -22,13 +22,6 @@ async fn ask(server: &TestServer, messages: &[Value]) -> (String, Value) {
     (text, body["usage"].clone())
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_turn_reports_cached_tokens_and_matches_an_uncached_server() {
     let model = smollm2();
@@ -65,14 +58,7 @@ async fn second_turn_reports_cached_tokens_and_matches_an_uncached_server() {
     assert_eq!(plain_usage["prompt_tokens_details"]["cached_tokens"], 0);
     assert_eq!(plain_usage["prompt_tokens"], prompt);
 
-    let text = client()
-        .get(cached.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let text = get_text(&cached, "/metrics").await;
     assert_eq!(metric(&text, "hearth_prefix_cache_hits_total"), 1.0);
     assert_eq!(metric(&text, "hearth_prefix_cache_misses_total"), 1.0);
     assert_eq!(

@@ -281,6 +281,26 @@ pub async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
     (status, value)
 }
 
+/// The body of `GET path` as text (e.g. `/metrics`).
+pub async fn get_text(server: &TestServer, path: &str) -> String {
+    client()
+        .get(server.url(path))
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("text body")
+}
+
+/// The value of the sample `name` (with its labels, if any) in Prometheus
+/// text.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+}
+
 /// A whole SSE response: the JSON of each `data:` event, and whether
 /// `data: [DONE]` ended it.
 #[derive(Debug, Default)]
