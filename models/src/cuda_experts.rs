@@ -17,7 +17,8 @@
 //! bandwidth whatever the token count (~0.8 ms a call for a 136-token
 //! pass on an H200): up to a few hundred tokens, few pairs share an expert
 //! and the same kernels, which stream each expert once per
-//! [`PROMPT_PAIR_CHUNK`] of its pairs, are the faster way.
+//! [`PAIR_CHUNK`] of its pairs, are the faster way (up to ~540 tokens of
+//! the Qwen3.5 MoE on an H100, bench/results/h100-2026-12-06.md).
 //!
 //! Both kernels take a thread block per (used expert, tile of output
 //! columns): the block finds its expert as the `blockIdx.y`-th smallest
@@ -56,7 +57,8 @@ static MAX_ROWS_ON: AtomicUsize = AtomicUsize::new(MAX_ROWS);
 pub const MAX_ROWS: usize = 4096;
 
 /// Most token rows of a decode-sized call: the form compiled for them
-/// takes [`PAIR_CHUNK`] pairs a pass and lists at most this many.
+/// lists at most this many pairs of its expert (the prompt form
+/// [`MAX_ROWS`]).
 pub const MAX_DECODE_ROWS: usize = 16;
 
 /// Most experts a block takes (the bitmap of used experts is E/32 words).
