@@ -85,15 +85,15 @@ kernels = [
       for k, h in ((8, 2048), (8, 4096)) for s in (0, 1)]),
     # MoE experts (Qwen3.5-35B-A3B: 256 experts, top 8, hidden 2048, expert width 512; Qwen3-30B-A3B: 128, 2048, 768):
     # the gate/up+SwiGLU kernel (GLU=1, C=4) and the down kernel (GLU=0, C=8), each in its
-    # decode form (MAXP=16 token rows, PCH=4 pairs a pass) and its prompt form (4096, 4)
+    # decode form (a list of MAXP=16 token rows) and its prompt form (4096), 4 pairs a pass
     ("hearth_experts", const("cuda_experts.rs", "SOURCE"), const("cuda_gemv.rs", "STREAM_HEADER"),
      "const {T}* x, const uint32_t* inds, const {T}* wg, const {T}* wu, const int32_t* dims, {T}* y",
      [f"constexpr int E = {e}; constexpr int K = 8; constexpr int H = {h}; constexpr int O = {o}; "
-      f"constexpr int C = {c}; constexpr int NW = 8; constexpr int MAXP = {maxp}; constexpr int PCH = {pch}; "
+      f"constexpr int C = {c}; constexpr int NW = 8; constexpr int MAXP = {maxp}; constexpr int PCH = 4; "
       f"constexpr int GLU = {g}; constexpr int XPAIR = {1 - g};"
       for e, hid, mid in ((256, 2048, 512), (128, 2048, 768))
       for g, h, o, c in ((1, hid, mid, 4), (0, mid, hid, 8))
-      for maxp, pch in ((16, 4), (4096, 4))]),
+      for maxp in (16, 4096)]),
 ]
 cu = site / "nvidia/cu13"
 nvrtc = ctypes.CDLL(str(next((cu / "lib").glob("libnvrtc.so*"))))

@@ -259,7 +259,8 @@ pub fn run(opts: &Options) -> Result<()> {
     Ok(())
 }
 
-fn median(v: &[f64]) -> f64 {
+/// The middle value (the upper one of an even count); NaN for none.
+pub(super) fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

@@ -10,6 +10,8 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+
+use super::decode_bench::median;
 use hearth_models::{BatchKv, BatchShape, CacheView, Model, PrefillBatch, PrefillChunk};
 use mlx_rs::Array;
 
@@ -49,13 +51,29 @@ pub struct Options {
     pub experts: Vec<String>,
 }
 
-/// An experts setting to time under: `(name, rows)`, `rows` `None` for the
-/// setting in force, `Some(None)` for off.
-type ExpertsVariant = (String, Option<Option<(usize, usize)>>);
+/// An experts setting to time under.
+enum Experts {
+    /// Whatever Hearth put in force (no `--experts`).
+    InForce,
+    /// A parsed `--experts` setting: token rows, `None` for off.
+    Rows(Option<(usize, usize)>),
+}
 
-fn experts_variants(settings: &[String]) -> Result<Vec<ExpertsVariant>> {
+impl Experts {
+    fn apply(&self) {
+        use hearth_models::cuda_experts;
+        match self {
+            Experts::InForce => {}
+            Experts::Rows(None) => cuda_experts::disable(),
+            Experts::Rows(Some((min, max))) => cuda_experts::enable(*min, *max),
+        }
+    }
+}
+
+/// `(name, setting)` of each `--experts` setting, or of the one in force.
+fn experts_variants(settings: &[String]) -> Result<Vec<(String, Experts)>> {
     if settings.is_empty() {
-        return Ok(vec![("in force".into(), None)]);
+        return Ok(vec![("in force".into(), Experts::InForce)]);
     }
     if crate::device::DeviceInfo::detect().backend != "cuda" {
         anyhow::bail!("--experts compares CUDA kernels: this is not MLX's CUDA backend");
@@ -64,20 +82,10 @@ fn experts_variants(settings: &[String]) -> Result<Vec<ExpertsVariant>> {
         .iter()
         .map(|s| {
             hearth_models::cuda_experts::parse_rows(s)
-                .map(|rows| (s.clone(), Some(rows)))
+                .map(|rows| (s.clone(), Experts::Rows(rows)))
                 .map_err(|e| anyhow::anyhow!("--experts {s}: {e}"))
         })
         .collect()
-}
-
-/// Puts an experts setting in force (`None`: leave it as it is).
-fn apply_experts(rows: Option<Option<(usize, usize)>>) {
-    use hearth_models::cuda_experts;
-    match rows {
-        None => {}
-        Some(None) => cuda_experts::disable(),
-        Some(Some((min, max))) => cuda_experts::enable(min, max),
-    }
 }
 
 fn fresh(model: &Model) -> Vec<BatchKv> {
@@ -166,12 +174,6 @@ fn passes(
     Ok([seq, batched, started.elapsed()])
 }
 
-fn p50(t: &[f64]) -> f64 {
-    let mut t = t.to_vec();
-    t.sort_by(f64::total_cmp);
-    t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Prints a Markdown table: p50 milliseconds and prompt tokens per second,
 /// per experts setting and pass.
 pub fn run(opts: &Options) -> Result<()> {
@@ -195,8 +197,8 @@ pub fn run(opts: &Options) -> Result<()> {
         } else {
             base_len
         };
-        for (v, (_, rows)) in variants.iter().enumerate() {
-            apply_experts(*rows);
+        for (v, (_, experts)) in variants.iter().enumerate() {
+            experts.apply();
             let profiled = opts.profile && round == opts.rounds && v == 0;
             let durations = passes(m, shape, n, len, profiled)?;
             if round > 0 {
@@ -234,10 +236,10 @@ pub fn run(opts: &Options) -> Result<()> {
         "one chunk of all the tokens",
     ];
     for ((setting, _), t) in variants.iter().zip(&times) {
-        let base = p50(&t[0]);
-        for (pass, (name, ms)) in names.iter().zip(t.iter().map(|t| p50(t))).enumerate() {
+        let base = median(&t[0]);
+        for (pass, (name, ms)) in names.iter().zip(t.iter().map(|t| median(t))).enumerate() {
             let rate = round_tokens / (ms / 1e3);
-            let first = p50(&times[0][pass]);
+            let first = median(&times[0][pass]);
             println!(
                 "| {setting} | {name} | {ms:.1} | {rate:.0} | {:.2}x | {:.3}x |",
                 base / ms,
