@@ -186,6 +186,10 @@ pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 /// - the lean decode graph, fewer reshape and slice nodes a step
 ///   (models/src/lean.rs): `HEARTH_LEAN_GRAPH=on|off` (`on`; `off` builds
 ///   the graphs of before, for A/B runs).
+/// - a batch's product by a dense weight in one graph node instead of four
+///   (the weight's `W^T` broadcast over the rows, which MLX folds into one
+///   cuBLAS product; models/src/layers.rs `TransposedViews`):
+///   `HEARTH_FOLD_ROWS=on|off` ([`DEFAULT_FOLD_ROWS`]).
 /// - the MLP's SwiGLU read from the joined gate/up product
 ///   (models/src/cuda_swiglu.rs): `HEARTH_CUDA_SWIGLU=on|off`
 ///   ([`DEFAULT_CUDA_SWIGLU`]).
@@ -226,6 +230,13 @@ pub fn enable_cuda_kernels() {
         "lean decode graph",
         || hearth_models::lean::set_plain(false),
         || hearth_models::lean::set_plain(true),
+    );
+    kernel_switch(
+        "HEARTH_FOLD_ROWS",
+        DEFAULT_FOLD_ROWS,
+        "folded batch products",
+        || hearth_models::lean::set_fold_rows(true),
+        || hearth_models::lean::set_fold_rows(false),
     );
     // Each checked per shape kind and type at its first use.
     use hearth_models::{cuda_delta, cuda_moe, cuda_norm, cuda_qk, cuda_swiglu};
@@ -311,6 +322,16 @@ fn kernel_switch(var: &str, default: &str, kernel: &str, enable: fn(), disable: 
         }
     }
 }
+
+/// Whether a product of 2+ rows by a dense weight that MLX's matmul runs
+/// (cuBLAS: the dense 8B's weights above 32 MiB at 5-16 rows, every weight
+/// above 16 rows) multiplies by a view broadcast over the rows unless
+/// `HEARTH_FOLD_ROWS` says: yes. MLX builds a `[B, 1, in]` by 2-D product as
+/// a transpose, a flatten, the product and an unflatten; with the view it is
+/// the product alone, the same single cuBLAS call. At 8 rows the dense 8B's
+/// step has 839 graph nodes, 327 of them those three around 109 products
+/// (docs/cuda.md, "Rows folded into one product").
+pub const DEFAULT_FOLD_ROWS: &str = "on";
 
 /// Whether the residual add + RMSNorm kernel is on unless `HEARTH_CUDA_NORM`
 /// says: yes. It removes two of the ~16 kernels a decoder layer runs per

@@ -117,7 +117,7 @@ print(f"copy_bandwidth_GBps {2 * a.nbytes / dt / 1e9:.0f}")
 print("device", mx.default_device())
 EOF
   # Where the GPU sits relative to the CPUs (per-process placement noise).
-  { nvidia-smi topo -m; lscpu | grep -i -E "numa|^cpu\(s\)|model name"; } 2>&1 | tee -a "$OUT/bandwidth.txt" || true
+  { nvidia-smi topo -m; lscpu | grep -i -E "numa|^cpu\(s\)|model name|per core|per socket"; } 2>&1 | tee -a "$OUT/bandwidth.txt" || true
 
   stamp "installed"
   # Does a small batch cost more than one row in MLX's CUDA matmul? (the
@@ -297,6 +297,12 @@ EOF
       wait "${wpids[@]}"
     done
     stamp "$name: warmed up"
+    # Each server's threads a second after warm-up, all idle: which of them
+    # still burn CPU (MLX 0.32.2's CUDA completion worker spins once it has
+    # run a batch, ml-explore/mlx#4451, fixed in 0.32.3; docs/cuda.md).
+    sleep 1
+    top -H -b -n 2 -d 1 -p "$(IFS=,; echo "${pids[*]}")" 2>&1 \
+      | awk '/^top -/{n++} n==2 && (/PID/ || $9+0 > 1)' | head -24 || true
     # Seconds left before H200_DEADLINE (at least 1: `timeout` refuses 0 or less).
     left() { local l=$(( ${H200_DEADLINE:-570} - SECONDS )); echo $(( l > 0 ? l : 1 )); }
     (( ${H200_DEADLINE:-570} - SECONDS > 30 )) || echo "!! $name: under 30 s left before H200_DEADLINE, the sweep is cut short"

@@ -24,10 +24,9 @@ pub enum Linear {
     Dense {
         weight: Array,
         bias: Option<Array>,
-        /// `W^T` as a `[1, in, out]` view of `weight` (no copy), made at
-        /// first use: what a one-sequence product multiplies by in one
-        /// graph node (see [`dense_matmul_t`]).
-        batch_t: std::cell::OnceCell<Array>,
+        /// Views of `W^T` (no copies), made at first use: what a product
+        /// multiplies by in one graph node (see [`dense_matmul_t`]).
+        views: TransposedViews,
     },
     Quantized {
         weight: Array,
@@ -66,15 +65,13 @@ impl Linear {
         Linear::Dense {
             weight,
             bias,
-            batch_t: std::cell::OnceCell::new(),
+            views: TransposedViews::default(),
         }
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let y = match self {
-            Linear::Dense {
-                weight, batch_t, ..
-            } => dense_matmul_t(x, weight, Some(batch_t))?,
+            Linear::Dense { weight, views, .. } => dense_matmul_t(x, weight, Some(views))?,
             Linear::Quantized {
                 weight,
                 scales,
@@ -273,19 +270,69 @@ fn concat_part(parts: &[Linear], pick: fn(&Linear) -> Option<&Array>) -> Result<
     Ok(Some(joined))
 }
 
+/// The most rows of a batch whose product takes a folded view
+/// ([`TransposedViews`]); larger batches take MLX's plain matmul.
+pub const FOLD_MAX_ROWS: usize = 64;
+
+/// Views of a dense weight's `W^T` (no copies), each made and evaluated at
+/// its first use and kept for the layer's life.
+#[derive(Debug, Default)]
+pub struct TransposedViews {
+    /// `[1, in, out]`: one sequence's product in one node.
+    one: std::cell::OnceCell<Array>,
+    /// `[B, in, out]` for B = 2..=[`FOLD_MAX_ROWS`], the batch axis
+    /// broadcast (stride 0): a B-row decode step's product in one node.
+    rows: std::cell::OnceCell<Box<[std::cell::OnceCell<Array>]>>,
+}
+
+impl TransposedViews {
+    fn one(&self, weight: &Array) -> Result<&Array> {
+        if let Some(wt) = self.one.get() {
+            return Ok(wt);
+        }
+        let wt = weight.t().expand_dims(0)?;
+        wt.eval()?;
+        Ok(self.one.get_or_init(|| wt))
+    }
+
+    /// The `[rows, in, out]` view, for 2..=[`FOLD_MAX_ROWS`] rows.
+    fn rows(&self, weight: &Array, rows: i32) -> Result<Option<&Array>> {
+        let slots = self.rows.get_or_init(|| {
+            (0..=FOLD_MAX_ROWS)
+                .map(|_| std::cell::OnceCell::new())
+                .collect()
+        });
+        let Some(slot) = usize::try_from(rows)
+            .ok()
+            .filter(|&r| r >= 2)
+            .and_then(|r| slots.get(r))
+        else {
+            return Ok(None);
+        };
+        if let Some(view) = slot.get() {
+            return Ok(Some(view));
+        }
+        let one = self.one(weight)?;
+        let view = ops::broadcast_to(one, &[rows, one.dim(1), one.dim(2)])?;
+        view.eval()?;
+        Ok(Some(slot.get_or_init(|| view)))
+    }
+}
+
 /// `x W^T` for a dense weight: MLX's matmul, or on CUDA for a few rows
 /// the small-batch kernel of [`crate::cuda_gemv`] when it is enabled.
 ///
 /// MLX's `matmul` of a `[B, L, in]` input by a 2-D `W^T` is four graph
 /// nodes: the transpose, a flatten to 2-D, the product and an unflatten.
-/// With `batch_t` (the layer's `[1, in, out]` view of `W^T`, made once) a
-/// one-sequence input (`B == 1`: a one-row decode step, a prompt chunk) is
-/// one node, the same product (crate::lean).
-fn dense_matmul_t(
-    x: &Array,
-    weight: &Array,
-    batch_t: Option<&std::cell::OnceCell<Array>>,
-) -> Result<Array> {
+/// With `views` (the layer's [`TransposedViews`]) it is one node, the same
+/// product (crate::lean): a one-sequence input (`B == 1`: a one-row decode
+/// step, a prompt chunk) multiplies by the `[1, in, out]` view; where
+/// [`crate::lean::fold_rows`] is on, a `[B, L, in]` input multiplies by the
+/// `[B, in, out]` view whose batch axis is broadcast, which MLX's GPU
+/// backends run as one `[B·L, in]` product (they fold a broadcast batch of
+/// the weight into the rows; its CPU backend would loop over the batch, so
+/// it is off there).
+fn dense_matmul_t(x: &Array, weight: &Array, views: Option<&TransposedViews>) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len().saturating_sub(1)].iter().product();
     if x.dtype() == weight.dtype() {
@@ -299,17 +346,14 @@ fn dense_matmul_t(
             return crate::cuda_gemv::matmul_t(kernel, x, weight);
         }
     }
-    if let Some(cell) = batch_t {
-        if x.ndim() == 3 && x.dim(0) == 1 && crate::lean::on() {
-            let wt = match cell.get() {
-                Some(wt) => wt,
-                None => {
-                    let wt = weight.t().expand_dims(0)?;
-                    wt.eval()?;
-                    cell.get_or_init(|| wt)
-                }
-            };
-            return Ok(x.matmul(wt)?);
+    if let Some(views) = views.filter(|_| x.ndim() == 3 && crate::lean::on()) {
+        if x.dim(0) == 1 {
+            return Ok(x.matmul(views.one(weight)?)?);
+        }
+        if crate::lean::fold_rows() {
+            if let Some(view) = views.rows(weight, x.dim(0))? {
+                return Ok(x.matmul(view)?);
+            }
         }
     }
     Ok(x.matmul(weight.t())?)

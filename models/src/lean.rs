@@ -30,3 +30,20 @@ pub fn set_plain(plain: bool) {
 pub fn on() -> bool {
     !PLAIN.load(Ordering::Relaxed)
 }
+
+static FOLD_ROWS: AtomicBool = AtomicBool::new(false);
+
+/// `true`: a dense layer's product over a batch of sequences (a decode step
+/// of 2 or more rows) multiplies by a view of the weight broadcast over the
+/// batch, one graph node instead of four (models/src/layers.rs,
+/// `TransposedViews`). Only for backends that fold such a batch into one
+/// product (MLX's CUDA and Metal); MLX's CPU backend runs one product per
+/// batch entry, so it stays off there (the default).
+pub fn set_fold_rows(fold: bool) {
+    FOLD_ROWS.store(fold, Ordering::Relaxed);
+}
+
+/// Whether batched products take the folded view (and the lean graphs are on).
+pub fn fold_rows() -> bool {
+    FOLD_ROWS.load(Ordering::Relaxed) && on()
+}

@@ -140,4 +140,38 @@ mod tests {
         // A full reduction is a Sum over all axes and a Squeeze to a scalar.
         assert_eq!(counts.values().sum::<usize>(), 5, "{counts:?}");
     }
+
+    /// A batch's product by a dense weight, folded over its rows: the one
+    /// Matmul node where MLX's plain matmul builds four, and the same values;
+    /// past the most rows a view is kept for, the plain product again.
+    #[test]
+    fn a_folded_batch_product_is_one_node_and_the_same_product() {
+        use hearth_models::layers::{Linear, FOLD_MAX_ROWS};
+        use hearth_models::lean::set_fold_rows;
+        let key = mlx_rs::random::key(7).unwrap();
+        let w = mlx_rs::random::normal::<f32>(&[96, 64], None, None, Some(&key)).unwrap();
+        let linear = Linear::dense(w.clone(), None);
+        let nodes = |a: &Array| count_primitives(&[a]).unwrap().values().sum::<usize>();
+        for rows in [2, 5, FOLD_MAX_ROWS as i32, FOLD_MAX_ROWS as i32 + 1] {
+            let x = mlx_rs::random::normal::<f32>(&[rows, 1, 64], None, None, Some(&key)).unwrap();
+            x.eval().unwrap();
+            let expect = x.matmul(w.t()).unwrap();
+            set_fold_rows(true);
+            let folded = linear.forward(&x);
+            set_fold_rows(false);
+            let folded = folded.unwrap();
+            let plain = linear.forward(&x).unwrap();
+            assert_eq!(nodes(&plain), 4, "rows {rows}");
+            let want = if rows as usize <= FOLD_MAX_ROWS { 1 } else { 4 };
+            let counts = count_primitives(&[&folded]).unwrap();
+            assert_eq!(
+                counts.values().sum::<usize>(),
+                want,
+                "rows {rows}: {counts:?}"
+            );
+            assert_eq!(folded.shape(), &[rows, 1, 96]);
+            let close = folded.all_close(&expect, 1e-5, 1e-5, None).unwrap();
+            assert!(close, "rows {rows}");
+        }
+    }
 }
