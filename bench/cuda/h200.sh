@@ -120,6 +120,28 @@ EOF
   { nvidia-smi topo -m; lscpu | grep -i -E "numa|^cpu\(s\)|model name|per core|per socket"; } 2>&1 | tee -a "$OUT/bandwidth.txt" || true
 
   stamp "installed"
+  # Do the VM's CPUs slow each other down (siblings of one host core)? A
+  # busy loop's rate on CPU 0 while a spinning shell runs on CPU k, against
+  # none (an idle MLX CUDA process spins one thread: docs/cuda.md).
+  [[ ${H200_CPU_PROBE:-1} == 1 ]] && python3 - <<'EOF' | tee -a "$OUT/bandwidth.txt"
+import os, subprocess, time
+os.sched_setaffinity(0, {0})
+def rate():
+    n, end = 0, time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        n += 1
+    return n
+base = [rate() for _ in range(3)]
+res = []
+for k in range(1, os.cpu_count()):
+    p = subprocess.Popen(["taskset", "-c", str(k), "sh", "-c", "while :; do :; done"])
+    time.sleep(0.05)
+    res.append((k, rate() / max(base)))
+    p.kill(); p.wait()
+res.append(("none", rate() / max(base)))
+print("cpu 0 busy-loop rate with a spinner on cpu k (1.00 = alone):",
+      " ".join(f"{k}:{x:.2f}" for k, x in res))
+EOF
   # Does a small batch cost more than one row in MLX's CUDA matmul? (the
   # batch-1 -> batch-2 step-time jump seen for both servers)
   # (appended to bandwidth.txt: at most 8 files come back from a device call)
