@@ -147,3 +147,47 @@ fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
     assert!(!ok);
     assert!(err.contains("--experts") && err.contains("CUDA"), "{err}");
 }
+
+/// `hearth dev decode-bench --graph fold,nofold` on a dense checkpoint (the
+/// dummy-model tool's `tiny` Qwen3, f32): both graphs take turns, a one-row
+/// step is the same graph in both, and a two-row step folded over its rows
+/// has three nodes fewer per product by a dense weight (transpose, flatten
+/// and unflatten: four per layer here, the tied lm_head excepted).
+#[test]
+fn decode_bench_folds_a_batch_product_into_one_node() {
+    use hearth::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spec = DummySpec {
+        arch: "qwen3".into(),
+        shape: DummyShape::parse("tiny").unwrap(),
+        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
+        dtype: mlx_rs::Dtype::Float32,
+        seed: 1,
+    };
+    write_dummy_model(&spec, dir.path()).expect("dummy model");
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["dev", "decode-bench", "--model"])
+        .arg(dir.path())
+        .args(["--rows", "1,2", "--steps", "2", "--rounds", "1"])
+        .args(["--prompt-tokens", "8", "--graph", "fold,nofold"])
+        .output()
+        .expect("run hearth");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "decode-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // (variant, rows) -> graph nodes
+    let mut nodes = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("| in force")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let rows: usize = cells[1].parse().expect("rows");
+        let n: usize = cells[7].parse().expect("graph nodes");
+        nodes.insert((cells[0].to_string(), rows), n);
+    }
+    let get = |v: &str, r: usize| nodes[&(format!("in force, {v}"), r)];
+    assert_eq!(nodes.len(), 4, "{text}");
+    assert_eq!(get("fold", 1), get("nofold", 1), "{text}");
+    assert_eq!(get("nofold", 2) - get("fold", 2), 3 * 4 * 2, "{text}");
+}

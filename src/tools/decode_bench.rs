@@ -46,9 +46,11 @@ pub struct Options {
     #[arg(long)]
     pub gemv: Vec<String>,
     /// Decode graphs to compare (comma-separated): `lean`, the default
-    /// (models/src/lean.rs), and `plain`, the same kernels with the
-    /// reshape and slice nodes of before; each takes turns with every GEMV
-    /// table.
+    /// (models/src/lean.rs); `plain`, the same kernels with the reshape and
+    /// slice nodes of before; `fold` and `nofold`, the lean graph with a
+    /// batch's products by dense weights folded over the rows or not
+    /// (`HEARTH_FOLD_ROWS`, whatever is in force); each takes turns with
+    /// every GEMV table.
     #[arg(long, value_delimiter = ',', default_value = "lean")]
     pub graph: Vec<String>,
     /// Bracket the last round's steps with the CUDA profiler's start and
@@ -63,6 +65,8 @@ struct Variant {
     /// The GEMV route table (`None`: the routes in force).
     routes: Option<Vec<hearth_models::cuda_gemv::Route>>,
     plain: bool,
+    /// Folded batch products (`None`: as in force).
+    fold: Option<bool>,
     name: String,
 }
 
@@ -89,6 +93,7 @@ pub fn run(opts: &Options) -> Result<()> {
         anyhow::bail!("--gemv compares CUDA kernels: this is not MLX's CUDA backend");
     }
     crate::device::enable_cuda_kernels();
+    let fold_in_force = hearth_models::lean::fold_rows();
     let tables: Vec<(Option<Vec<hearth_models::cuda_gemv::Route>>, &str)> = if opts.gemv.is_empty()
     {
         vec![(None, "in force")]
@@ -105,10 +110,12 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut variants = Vec::new();
     for (routes, table) in &tables {
         for graph in &opts.graph {
-            let plain = match graph.as_str() {
-                "lean" => false,
-                "plain" => true,
-                other => anyhow::bail!("--graph {other}: want lean or plain"),
+            let (plain, fold) = match graph.as_str() {
+                "lean" => (false, None),
+                "plain" => (true, None),
+                "fold" => (false, Some(true)),
+                "nofold" => (false, Some(false)),
+                other => anyhow::bail!("--graph {other}: want lean, plain, fold or nofold"),
             };
             let name = if opts.graph.len() > 1 {
                 format!("{table}, {graph}")
@@ -118,6 +125,7 @@ pub fn run(opts: &Options) -> Result<()> {
             variants.push(Variant {
                 routes: routes.clone(),
                 plain,
+                fold,
                 name,
             });
         }
@@ -189,6 +197,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 hearth_models::cuda_gemv::reinstate(routes.clone());
             }
             hearth_models::lean::set_plain(variant.plain);
+            hearth_models::lean::set_fold_rows(variant.fold.unwrap_or(fold_in_force));
             for i in 0..opts.steps {
                 let started = Instant::now();
                 let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
@@ -232,6 +241,7 @@ pub fn run(opts: &Options) -> Result<()> {
         opts.steps * opts.rounds
     );
     hearth_models::lean::set_plain(false);
+    hearth_models::lean::set_fold_rows(fold_in_force);
     for (v, variant) in variants.iter().enumerate() {
         let name = &variant.name;
         let mine: Vec<&Batch> = batches.iter().filter(|b| b.variant == v).collect();
