@@ -190,9 +190,6 @@ pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 ///   (the weight's `W^T` broadcast over the rows, which MLX folds into one
 ///   cuBLAS product; models/src/layers.rs `TransposedViews`):
 ///   `HEARTH_FOLD_ROWS=on|off` ([`DEFAULT_FOLD_ROWS`]).
-/// - a decode step's token ids, positions and lengths joined on the device
-///   from 8-byte pieces (models/src/cache.rs `step_array`):
-///   `HEARTH_STEP_PIECES=on|off` ([`DEFAULT_STEP_PIECES`]).
 /// - the MLP's SwiGLU read from the joined gate/up product
 ///   (models/src/cuda_swiglu.rs): `HEARTH_CUDA_SWIGLU=on|off`
 ///   ([`DEFAULT_CUDA_SWIGLU`]).
@@ -233,13 +230,6 @@ pub fn enable_cuda_kernels() {
         "lean decode graph",
         || hearth_models::lean::set_plain(false),
         || hearth_models::lean::set_plain(true),
-    );
-    kernel_switch(
-        "HEARTH_STEP_PIECES",
-        DEFAULT_STEP_PIECES,
-        "step inputs in pieces",
-        || hearth_models::cache::set_step_pieces(true),
-        || hearth_models::cache::set_step_pieces(false),
     );
     kernel_switch(
         "HEARTH_FOLD_ROWS",
@@ -342,14 +332,6 @@ fn kernel_switch(var: &str, default: &str, kernel: &str, enable: fn(), disable: 
 /// step has 839 graph nodes, 327 of them those three around 109 products
 /// (docs/cuda.md, "Rows folded into one product").
 pub const DEFAULT_FOLD_ROWS: &str = "on";
-
-/// Whether a decode step's host-made inputs (token ids, positions, lengths)
-/// reach the GPU through MLX's host-resident pool of 8-byte buffers and one
-/// concatenate, instead of managed memory that migrates on the GPU's first
-/// touch (~100 µs of GPU time a step on an H100), unless
-/// `HEARTH_STEP_PIECES` says: yes (models/src/cache.rs `step_array`,
-/// docs/cuda.md "A step's inputs").
-pub const DEFAULT_STEP_PIECES: &str = "on";
 
 /// Whether the residual add + RMSNorm kernel is on unless `HEARTH_CUDA_NORM`
 /// says: yes. It removes two of the ~16 kernels a decoder layer runs per

@@ -441,116 +441,12 @@ fn scatter(a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Resu
 /// read by every attention layer, are not in MLX's host-resident pool.
 fn step_ints(values: &[i32]) -> Array {
     let padded = crate::cuda_kernel::padded_ints(values);
-    let a = step_array(&padded, &[padded.len() as i32]);
+    let a = Array::from_slice(&padded, &[padded.len() as i32]);
     if padded.len() == values.len() {
         a
     } else {
         a.index(..values.len() as i32)
     }
-}
-
-static PIECES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// `true`: [`step_array`] builds its arrays from 8-byte pieces (see there).
-/// For MLX's CUDA backend only (Hearth turns it on there unless
-/// `HEARTH_STEP_PIECES=off`); elsewhere one buffer is already where the
-/// device reads it.
-pub fn set_step_pieces(on: bool) {
-    PIECES.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether [`step_array`] builds from pieces.
-pub fn step_pieces() -> bool {
-    PIECES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Bytes of one piece: the largest buffer MLX 0.32's CUDA allocator takes
-/// from its host-resident small pool.
-const PIECE_BYTES: usize = 8;
-
-/// Values the host makes anew for each step (token ids, positions,
-/// lengths) as an array of `shape`. With [`set_step_pieces`] on, the array
-/// is joined on the device from pieces of at most 8 bytes. MLX 0.32's CUDA
-/// allocator puts a host-made buffer of more than 8 bytes in managed memory
-/// that lives on the host until the GPU first touches it, and that first
-/// touch is a page migration: on an H100 the first kernel reading a step's
-/// 16-byte token ids or RoPE offsets took ~100 µs where the same kernel
-/// otherwise takes 4–6 (Nsight Compute, bench/results/h100-2026-12-06-s26.md),
-/// and the host's next write to a recycled buffer moves it back. Buffers of
-/// up to 8 bytes stay in a host pool the GPU reads in place; one
-/// concatenate reads them once and writes device memory, which every
-/// later kernel of the step reads.
-pub fn step_array<T: StepElement>(values: &[T], shape: &[i32]) -> Array {
-    let per_piece = (PIECE_BYTES / std::mem::size_of::<T>()).max(1);
-    if !PIECES.load(std::sync::atomic::Ordering::Relaxed)
-        || values.len() <= per_piece
-        || std::mem::size_of::<T>() > PIECE_BYTES
-    {
-        return T::array(values, shape);
-    }
-    // Pieces shaped like `shape` along its first axis when the rest is all
-    // ones (`[n]`, `[n, 1]`): the join is then the array, with no reshape.
-    let tail = shape.get(1..).unwrap_or_default();
-    let flat = shape.first() == Some(&(values.len() as i32)) && tail.iter().all(|&d| d == 1);
-    let pieces: Vec<Array> = values
-        .chunks(per_piece)
-        .map(|c| {
-            let mut piece_shape = vec![c.len() as i32];
-            if flat {
-                piece_shape.extend_from_slice(tail);
-            }
-            T::array(c, &piece_shape)
-        })
-        .collect();
-    let joined = mlx_rs::ops::concatenate(&pieces, 0);
-    let joined = if flat {
-        joined
-    } else {
-        joined.and_then(|a| a.reshape(shape))
-    };
-    // An error is not reached for a well-formed shape; the plain buffer is
-    // as good then.
-    joined.unwrap_or_else(|_| T::array(values, shape))
-}
-
-/// Element types of [`step_array`].
-pub trait StepElement: Copy {
-    fn array(values: &[Self], shape: &[i32]) -> Array;
-}
-
-impl StepElement for i32 {
-    fn array(values: &[Self], shape: &[i32]) -> Array {
-        Array::from_slice(values, shape)
-    }
-}
-
-impl StepElement for bool {
-    fn array(values: &[Self], shape: &[i32]) -> Array {
-        Array::from_slice(values, shape)
-    }
-}
-
-thread_local! {
-    /// `0..n` by `n`: the same every step, so made once and kept (on the
-    /// device after its first use).
-    static ROW_INDEX: std::cell::RefCell<std::collections::HashMap<usize, Array>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
-
-/// `0..n` as a `[n]` int32 array (see [`step_ints`]), one per thread and `n`.
-fn row_index(n: usize) -> Array {
-    ROW_INDEX.with(|cache| {
-        cache
-            .borrow_mut()
-            .entry(n)
-            .or_insert_with(|| {
-                let a = step_ints(&(0..n as i32).collect::<Vec<_>>());
-                // Evaluated now: the cached array holds data, not a graph.
-                let _ = a.eval();
-                a
-            })
-            .clone()
-    })
 }
 
 /// One decode step of a batch: which rows, each at which position.
@@ -596,7 +492,7 @@ impl DecodeStep {
             lens: std::cell::OnceCell::new(),
             kv_heads,
             flat_index: std::cell::OnceCell::new(),
-            row_index: row_index(n),
+            row_index: step_ints(&(0..n as i32).collect::<Vec<_>>()),
             positions,
             kv_len,
             active: None,
@@ -610,7 +506,7 @@ impl DecodeStep {
         if active.iter().all(|&a| a) {
             self.active = None;
         } else {
-            self.active = Some(step_array(active, &[active.len() as i32]));
+            self.active = Some(Array::from_slice(active, &[active.len() as i32]));
         }
         self
     }
@@ -1096,44 +992,6 @@ mod tests {
 
     /// Short per-row lists keep their shape and values (their buffer is
     /// padded); four or more are taken as they are.
-    #[test]
-    fn step_arrays_in_pieces_equal_one_buffer() {
-        set_step_pieces(true);
-        let mut got = Vec::new();
-        for n in [1usize, 2, 3, 5, 8, 16, 17] {
-            let ints: Vec<i32> = (0..n as i32).map(|i| i * 7 - 3).collect();
-            let flags: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
-            got.push((
-                n,
-                step_array(&ints, &[n as i32]),
-                step_array(&ints, &[n as i32, 1]),
-                step_array(&flags, &[n as i32]),
-                ints,
-                flags,
-            ));
-        }
-        set_step_pieces(false);
-        for (n, a, b, c, ints, flags) in got {
-            assert_eq!(a.shape(), &[n as i32]);
-            assert_eq!(b.shape(), &[n as i32, 1]);
-            assert_eq!(c.shape(), &[n as i32]);
-            let back: Vec<i32> = a.add(Array::from_int(0)).unwrap().as_slice().to_vec();
-            assert_eq!(back, ints, "n = {n}");
-            let back: Vec<i32> = b.add(Array::from_int(0)).unwrap().as_slice().to_vec();
-            assert_eq!(back, ints, "n = {n}");
-            let c = c.as_type::<i32>().unwrap();
-            let back: Vec<bool> = c.as_slice::<i32>().iter().map(|&v| v != 0).collect();
-            assert_eq!(back, flags, "n = {n}");
-        }
-        // A shape that is not `[n, 1, ...]` is joined, then reshaped.
-        set_step_pieces(true);
-        let m = step_array(&[1, 2, 3, 4, 5, 6], &[2, 3]);
-        set_step_pieces(false);
-        assert_eq!(m.shape(), &[2, 3]);
-        let back: Vec<i32> = m.add(Array::from_int(0)).unwrap().as_slice().to_vec();
-        assert_eq!(back, [1, 2, 3, 4, 5, 6]);
-    }
-
     #[test]
     fn step_ints_keep_shape_and_values() {
         for values in [vec![3], vec![3, 9], vec![1, 2, 3], vec![4, 5, 6, 7, 8]] {

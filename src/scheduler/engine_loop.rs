@@ -16,8 +16,8 @@ use std::{
 
 use anyhow::Context;
 use hearth_models::{
-    cache::{step_array, PREFILL_WIDTH_STEP},
-    BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch, PrefillChunk,
+    cache::PREFILL_WIDTH_STEP, BatchKv, BatchShape, CacheView, DecodeStep, Model, PrefillBatch,
+    PrefillChunk,
 };
 use mlx_rs::{transforms, Array};
 
@@ -695,16 +695,15 @@ impl EngineLoop {
                 None => tokens[s.row] = s.last_token as i32,
             }
         }
-        // Made anew each step: see `step_array` (one device buffer on CUDA).
-        let host = step_array(&tokens, &[span as i32]);
+        let host = Array::from_slice(&tokens, &[span as i32]);
         let ids = match previous.as_ref() {
             Some(prev) if from_device.iter().any(|&d| d) => {
                 let fed = prev
                     .pending
                     .tokens()
                     .as_type::<i32>()?
-                    .take_axis(step_array(&device_index, &[span as i32]), 0)?;
-                mlx_rs::ops::select(step_array(&from_device, &[span as i32]), &fed, &host)?
+                    .take_axis(Array::from_slice(&device_index, &[span as i32]), 0)?;
+                mlx_rs::ops::select(Array::from_slice(&from_device, &[span as i32]), &fed, &host)?
             }
             _ => host,
         }

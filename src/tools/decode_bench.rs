@@ -49,10 +49,8 @@ pub struct Options {
     /// (models/src/lean.rs); `plain`, the same kernels with the reshape and
     /// slice nodes of before; `fold` and `nofold`, the lean graph with a
     /// batch's products by dense weights folded over the rows or not
-    /// (`HEARTH_FOLD_ROWS`, whatever is in force); `pieces` and `nopieces`,
-    /// the lean graph with the step's host-made inputs joined from 8-byte
-    /// pieces or not (`HEARTH_STEP_PIECES`); each takes turns with every
-    /// GEMV table.
+    /// (`HEARTH_FOLD_ROWS`, whatever is in force); each takes turns with
+    /// every GEMV table.
     #[arg(long, value_delimiter = ',', default_value = "lean")]
     pub graph: Vec<String>,
     /// Bracket the last round's steps with the CUDA profiler's start and
@@ -69,8 +67,6 @@ struct Variant {
     plain: bool,
     /// Folded batch products (`None`: as in force).
     fold: Option<bool>,
-    /// Step inputs in pieces (`None`: as in force).
-    pieces: Option<bool>,
     name: String,
 }
 
@@ -98,7 +94,6 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     crate::device::enable_cuda_kernels();
     let fold_in_force = hearth_models::lean::fold_rows();
-    let pieces_in_force = hearth_models::cache::step_pieces();
     let tables: Vec<(Option<Vec<hearth_models::cuda_gemv::Route>>, &str)> = if opts.gemv.is_empty()
     {
         vec![(None, "in force")]
@@ -115,16 +110,12 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut variants = Vec::new();
     for (routes, table) in &tables {
         for graph in &opts.graph {
-            let (plain, fold, pieces) = match graph.as_str() {
-                "lean" => (false, None, None),
-                "plain" => (true, None, None),
-                "fold" => (false, Some(true), None),
-                "nofold" => (false, Some(false), None),
-                "pieces" => (false, None, Some(true)),
-                "nopieces" => (false, None, Some(false)),
-                other => anyhow::bail!(
-                    "--graph {other}: want lean, plain, fold, nofold, pieces or nopieces"
-                ),
+            let (plain, fold) = match graph.as_str() {
+                "lean" => (false, None),
+                "plain" => (true, None),
+                "fold" => (false, Some(true)),
+                "nofold" => (false, Some(false)),
+                other => anyhow::bail!("--graph {other}: want lean, plain, fold or nofold"),
             };
             let name = if opts.graph.len() > 1 {
                 format!("{table}, {graph}")
@@ -135,7 +126,6 @@ pub fn run(opts: &Options) -> Result<()> {
                 routes: routes.clone(),
                 plain,
                 fold,
-                pieces,
                 name,
             });
         }
@@ -208,11 +198,10 @@ pub fn run(opts: &Options) -> Result<()> {
             }
             hearth_models::lean::set_plain(variant.plain);
             hearth_models::lean::set_fold_rows(variant.fold.unwrap_or(fold_in_force));
-            hearth_models::cache::set_step_pieces(variant.pieces.unwrap_or(pieces_in_force));
             for i in 0..opts.steps {
                 let started = Instant::now();
                 let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
-                let ids = hearth_models::cache::step_array(&b.tokens, &[b.rows as i32, 1]);
+                let ids = Array::from_slice(&b.tokens, &[b.rows as i32, 1]);
                 let mut views = BatchKv::decode_views(&mut b.kv, &step);
                 let logits = m.forward(&ids, &mut views, true)?;
                 drop(views);
@@ -253,7 +242,6 @@ pub fn run(opts: &Options) -> Result<()> {
     );
     hearth_models::lean::set_plain(false);
     hearth_models::lean::set_fold_rows(fold_in_force);
-    hearth_models::cache::set_step_pieces(pieces_in_force);
     for (v, variant) in variants.iter().enumerate() {
         let name = &variant.name;
         let mine: Vec<&Batch> = batches.iter().filter(|b| b.variant == v).collect();
