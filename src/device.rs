@@ -137,13 +137,38 @@ fn mlx_int(value: &str) -> i64 {
     sign * digits[..end].parse::<i64>().unwrap_or(0)
 }
 
+/// CUDA errors after which the process's CUDA context is unusable: every
+/// later kernel launch and allocation fails with the same error.
+const CUDA_STICKY_ERRORS: [&str; 5] = [
+    "an illegal memory access was encountered",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction was encountered",
+    "device-side assert triggered",
+];
+
 /// What an operator should do about an engine error, where Hearth knows.
 pub fn engine_error_hint(message: &str) -> Option<&'static str> {
-    message.contains("Cache thrashing is happening").then_some(
-        "one of MLX's CUDA caches (CUDA graphs, cuDNN attention) has seen too many shapes in this \
-         process and now fails every new one: restart the server, and leave MLX_USE_CUDA_GRAPHS \
-         and MLX_CUDA_USE_CUDNN_SDPA unset (Hearth's defaults, both off) or raise the cache size \
-         the message names (docs/cuda.md)",
+    if message.contains("Cache thrashing is happening") {
+        return Some(
+            "one of MLX's CUDA caches (CUDA graphs, cuDNN attention) has seen too many shapes in \
+             this process and now fails every new one: restart the server, and leave \
+             MLX_USE_CUDA_GRAPHS and MLX_CUDA_USE_CUDNN_SDPA unset (Hearth's defaults, both off) \
+             or raise the cache size the message names (docs/cuda.md)",
+        );
+    }
+    if CUDA_STICKY_ERRORS.iter().any(|e| message.contains(e)) {
+        return Some(
+            "the CUDA context of this process is lost (often after the GPU ran out of memory): \
+             every later request will fail the same way; restart the server \
+             (docs/scheduler.md, \"Idle memory\")",
+        );
+    }
+    (message.contains("cudaMalloc") && message.contains("out of memory")).then_some(
+        "the GPU ran out of memory, usually because other processes hold it: give this server \
+         a smaller share (--mlx-cache-mb caps MLX's buffer cache, --max-running the batch) or \
+         run fewer processes on the GPU; if later requests fail with \"an illegal memory access\", \
+         restart the server (docs/scheduler.md, \"Idle memory\")",
     )
 }
 
@@ -487,6 +512,22 @@ mod tests {
         assert!(hint.contains("restart") && hint.contains("MLX_USE_CUDA_GRAPHS"));
         assert!(hint.contains("MLX_CUDA_USE_CUDNN_SDPA"));
         assert_eq!(super::engine_error_hint("out of memory"), None);
+    }
+
+    /// The two CUDA failures seen when servers shared an 80 GB GPU
+    /// (bench/results/h100-2026-12-06-s26.md, run 1), as the engine logged
+    /// them: the first points at the GPU's memory, the second says restart.
+    #[test]
+    fn cuda_out_of_memory_and_a_lost_context_get_hints() {
+        let oom = "cudaMallocAsync(&data, size, stream) failed: out of memory at \
+                   /work/main/target/release/build/mlx-sys/out/mlx-c/mlx/c/array.cpp:352";
+        let hint = super::engine_error_hint(oom).unwrap();
+        assert!(hint.contains("--mlx-cache-mb") && hint.contains("other processes"));
+        let lost = "cudaMallocAsync(&data, size, stream) failed: an illegal memory access was \
+                    encountered at mlx/c/array.cpp:352";
+        let hint = super::engine_error_hint(lost).unwrap();
+        assert!(hint.contains("restart") && hint.contains("lost"));
+        assert_eq!(super::engine_error_hint("the prompt is empty"), None);
     }
 
     use super::*;
