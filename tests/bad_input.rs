@@ -5,19 +5,10 @@ mod common;
 
 use std::{path::Path, process::Command};
 
-use common::fixture;
-use hearth::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
-use mlx_rs::Dtype;
+use common::{fixture, write_dummy};
 
 fn tiny(dir: &Path) {
-    let spec = DummySpec {
-        arch: "qwen3".into(),
-        shape: DummyShape::parse("tiny").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 1,
-    };
-    write_dummy_model(&spec, dir).unwrap();
+    write_dummy(dir, "qwen3", "tiny", 1);
 }
 
 fn load_error(path: &Path) -> String {

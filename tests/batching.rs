@@ -8,14 +8,13 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use common::fixture;
+use common::{fixture, write_dummy};
 use hearth::{
     engine::{sampling::SamplingParams, Engine, EngineOptions, GenerateRequest, GenerationEvent},
     scheduler::{FinishReason, Job, JobEvent, SchedulerConfig, SchedulerHandle},
-    tools::dummy::{write_dummy_model, DummyShape, DummySpec},
 };
 use hearth_models::{BatchKv, BatchShape, CacheView, DecodeStep, PrefillBatch, PrefillChunk};
-use mlx_rs::{ops::indexing::IndexOp, Array, Dtype};
+use mlx_rs::{ops::indexing::IndexOp, Array};
 
 fn alone(engine: &Engine, prompt: &[u32], n: usize, sampling: SamplingParams) -> Vec<u32> {
     let mut request = GenerateRequest::new(prompt.to_vec(), n);
@@ -70,14 +69,7 @@ fn prompts(tokenizer: &hearth_models::Tokenizer) -> Vec<Vec<u32>> {
 
 /// A dummy checkpoint of `arch` at `shape` (f32, the Qwen3 tokenizer) in `dir`.
 fn dummy(dir: &Path, arch: &str, shape: &str, seed: u64) {
-    let spec = DummySpec {
-        arch: arch.into(),
-        shape: DummyShape::parse(shape).unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed,
-    };
-    write_dummy_model(&spec, dir).unwrap();
+    write_dummy(dir, arch, shape, seed);
 }
 
 fn check_batched_equals_alone(model: &Path, config: SchedulerConfig, n: usize) {

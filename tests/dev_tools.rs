@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::fixture;
+use common::{fixture, write_dummy};
 
 /// (header line, primitive → count) of one `step-ops` run.
 fn step_ops(args: &[&str]) -> (String, BTreeMap<String, usize>) {
@@ -155,16 +155,8 @@ fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
 /// and unflatten: four per layer here, the tied lm_head excepted).
 #[test]
 fn decode_bench_folds_a_batch_product_into_one_node() {
-    use hearth::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
     let dir = tempfile::tempdir().expect("temp dir");
-    let spec = DummySpec {
-        arch: "qwen3".into(),
-        shape: DummyShape::parse("tiny").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: mlx_rs::Dtype::Float32,
-        seed: 1,
-    };
-    write_dummy_model(&spec, dir.path()).expect("dummy model");
+    write_dummy(dir.path(), "qwen3", "tiny", 1);
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(["dev", "decode-bench", "--model"])
         .arg(dir.path())

@@ -15,21 +15,13 @@ use common::*;
 use hearth::{
     engine::{Engine, EngineOptions, GenerateRequest, GenerationEvent},
     scheduler::{FinishReason, Job, JobEvent, SchedulerConfig, SchedulerHandle},
-    tools::dummy::{write_dummy_model, DummyShape, DummySpec},
 };
 use mlx_rs::{Array, Dtype};
 
 const GREEDY_TOKENS: usize = 32;
 
 fn dummy_moe(dir: &Path, shape: &str, seed: u64) {
-    let spec = DummySpec {
-        arch: "qwen3_moe".to_string(),
-        shape: DummyShape::parse(shape).unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed,
-    };
-    write_dummy_model(&spec, dir).unwrap();
+    write_dummy(dir, "qwen3_moe", shape, seed);
 }
 
 fn engine(path: &Path, prefill_chunk: usize) -> Engine {

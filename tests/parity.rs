@@ -10,23 +10,13 @@ mod common;
 use std::{ops::ControlFlow, path::Path};
 
 use common::*;
-use hearth::{
-    engine::{Engine, EngineOptions, GenerateRequest, GenerationEvent},
-    tools::dummy::{write_dummy_model, DummyShape, DummySpec},
-};
+use hearth::engine::{Engine, EngineOptions, GenerateRequest, GenerationEvent};
 use mlx_rs::{Array, Dtype};
 
 const GREEDY_TOKENS: usize = 32;
 
 fn dummy(arch: &str, dir: &Path, shape: &str) {
-    let spec = DummySpec {
-        arch: arch.to_string(),
-        shape: DummyShape::parse(shape).unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 7,
-    };
-    write_dummy_model(&spec, dir).unwrap();
+    write_dummy(dir, arch, shape, 7);
 }
 
 fn engine(path: &Path, prefill_chunk: usize) -> Engine {

@@ -7,13 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::fixture;
+use common::{fixture, write_dummy};
 use hearth::{
     engine::{sampling::SamplingParams, Engine, EngineOptions, GenerateRequest, GenerationEvent},
     scheduler::{FinishReason, Job, JobEvent, JobHandle, SchedulerConfig, SchedulerHandle},
-    tools::dummy::{write_dummy_model, DummyShape, DummySpec},
 };
-use mlx_rs::Dtype;
 
 /// Greedy output of `prompt` on the plain engine (no batching, no cache).
 fn alone(engine: &Engine, prompt: &[u32], n: usize) -> Vec<u32> {
@@ -149,14 +147,7 @@ fn real_model_later_turns_reuse_the_conversation() {
 }
 
 fn dummy_qwen3_5(dir: &std::path::Path) {
-    let spec = DummySpec {
-        arch: "qwen3_5".into(),
-        shape: DummyShape::parse("qwen3.5-tiny").unwrap(),
-        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
-        dtype: Dtype::Float32,
-        seed: 5,
-    };
-    write_dummy_model(&spec, dir).unwrap();
+    write_dummy(dir, "qwen3_5", "qwen3.5-tiny", 5);
 }
 
 /// Qwen3.5: attention KV plus DeltaNet states, reused only at a snapshot

@@ -31,6 +31,20 @@ pub fn fixture(name: &str) -> PathBuf {
     path
 }
 
+/// Writes a random-weight checkpoint of `arch` at the dummy-model tool's
+/// `shape` (f32, the Qwen3 tokenizer fixture) into `dir`.
+pub fn write_dummy(dir: &Path, arch: &str, shape: &str, seed: u64) {
+    use hearth::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
+    let spec = DummySpec {
+        arch: arch.into(),
+        shape: DummyShape::parse(shape).expect("dummy-model shape"),
+        tokenizer: fixture("qwen3-tokenizer/tokenizer.json"),
+        dtype: mlx_rs::Dtype::Float32,
+        seed,
+    };
+    write_dummy_model(&spec, dir).expect("dummy model");
+}
+
 pub fn python() -> PathBuf {
     let py = std::env::var_os("HEARTH_PYTHON")
         .map(PathBuf::from)
