@@ -215,6 +215,11 @@ pub const DEFAULT_CUDA_GEMV: &str = "split4:2-4,mma:5-16:32";
 ///   (the weight's `W^T` broadcast over the rows, which MLX folds into one
 ///   cuBLAS product; models/src/layers.rs `TransposedViews`):
 ///   `HEARTH_FOLD_ROWS=on|off` ([`DEFAULT_FOLD_ROWS`]).
+/// - a decode step of the same rows as the one before takes its RoPE
+///   offsets, lengths, row index and tokens from that step's device arrays
+///   instead of host-written ones, which migrate to the GPU on first use
+///   (`DecodeStep::next`): `HEARTH_CARRY_INPUTS=on|off` (`on`; on every
+///   backend, the switch only here, for A/B runs).
 /// - the MLP's SwiGLU read from the joined gate/up product
 ///   (models/src/cuda_swiglu.rs): `HEARTH_CUDA_SWIGLU=on|off`
 ///   ([`DEFAULT_CUDA_SWIGLU`]).
@@ -262,6 +267,13 @@ pub fn enable_cuda_kernels() {
         "folded batch products",
         || hearth_models::lean::set_fold_rows(true),
         || hearth_models::lean::set_fold_rows(false),
+    );
+    kernel_switch(
+        "HEARTH_CARRY_INPUTS",
+        "on",
+        "decode inputs carried on the device",
+        || hearth_models::lean::set_carry_inputs(true),
+        || hearth_models::lean::set_carry_inputs(false),
     );
     // Each checked per shape kind and type at its first use.
     use hearth_models::{cuda_delta, cuda_moe, cuda_norm, cuda_qk, cuda_swiglu};

@@ -183,3 +183,39 @@ fn decode_bench_folds_a_batch_product_into_one_node() {
     assert_eq!(get("fold", 1), get("nofold", 1), "{text}");
     assert_eq!(get("nofold", 2) - get("fold", 2), 3 * 4 * 2, "{text}");
 }
+
+/// `hearth dev decode-bench --graph carry,nocarry`: both take turns, and a
+/// step after another of the same rows builds its token ids (the step
+/// before's picks, made int32) and RoPE offsets (the step before's lengths
+/// plus one) on the device, graph nodes where host-written inputs are none
+/// (less the row index's slice, which it reuses: three more here).
+#[test]
+fn decode_bench_carries_a_steps_inputs_on_the_device() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_dummy(dir.path(), "qwen3", "tiny", 2);
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["dev", "decode-bench", "--model"])
+        .arg(dir.path())
+        .args(["--rows", "1,3", "--steps", "3", "--rounds", "1"])
+        .args(["--prompt-tokens", "8", "--graph", "carry,nocarry"])
+        .output()
+        .expect("run hearth");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "decode-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut nodes = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("| in force")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let rows: usize = cells[1].parse().expect("rows");
+        let n: usize = cells[7].parse().expect("graph nodes");
+        nodes.insert((cells[0].to_string(), rows), n);
+    }
+    let get = |v: &str, r: usize| nodes[&(format!("in force, {v}"), r)];
+    assert_eq!(nodes.len(), 4, "{text}");
+    for rows in [1, 3] {
+        assert!(get("carry", rows) > get("nocarry", rows), "{text}");
+    }
+}

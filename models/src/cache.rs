@@ -441,11 +441,18 @@ fn scatter(a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Resu
 /// read by every attention layer, are not in MLX's host-resident pool.
 fn step_ints(values: &[i32]) -> Array {
     let padded = crate::cuda_kernel::padded_ints(values);
-    let a = Array::from_slice(&padded, &[padded.len() as i32]);
-    if padded.len() == values.len() {
-        a
+    first(
+        &Array::from_slice(&padded, &[padded.len() as i32]),
+        values.len(),
+    )
+}
+
+/// The first `n` values of a padded step buffer (a view, no copy).
+fn first(padded: &Array, n: usize) -> Array {
+    if padded.dim(0) as usize == n {
+        padded.clone()
     } else {
-        a.index(..values.len() as i32)
+        padded.index(..n as i32)
     }
 }
 
@@ -453,8 +460,15 @@ fn step_ints(values: &[i32]) -> Array {
 pub struct DecodeStep {
     shape: BatchShape,
     positions: Vec<usize>,
-    /// Start position per row, `[n]` int32 (RoPE offsets).
+    /// Start position per row, `[n]` int32 (RoPE offsets): the first `n`
+    /// values of `offsets_buf` (at least 4 values: see [`step_ints`]).
     offsets: Array,
+    offsets_buf: Array,
+    /// Whether `offsets_buf` is the previous step's lengths, made on the
+    /// device (see [`DecodeStep::next`]); then the lengths are too.
+    carried: bool,
+    /// `positions + 1` in a buffer of at least 4 values; built on first use.
+    lens_buf: std::cell::OnceCell<Array>,
     /// Attention mask `[n, 1, 1, kv_len]`: row `i` sees `0..=positions[i]`;
     /// `None` when every row sees all of `0..kv_len` (one row, or rows of
     /// one length), so attention takes its unmasked kernels: MLX's CUDA
@@ -481,22 +495,66 @@ pub struct DecodeStep {
 impl DecodeStep {
     /// `positions[i]` is where row `i` writes its token (its length so far).
     pub fn new(shape: BatchShape, kv_heads: usize, positions: Vec<usize>) -> Self {
+        Self::next(shape, kv_heads, positions, None)
+    }
+
+    /// The step after `prev`: when every row moved on by one position since
+    /// `prev` (a batch that only decodes) and [`crate::lean::carry_inputs`]
+    /// is on, its RoPE offsets are `prev`'s lengths and its lengths those
+    /// plus one, made on the device, and its row index is `prev`'s. On MLX's
+    /// CUDA backend a buffer the host writes is managed memory that migrates
+    /// to the GPU on its first use there, ~100 µs of a step's GPU time
+    /// (docs/cuda.md); these buffers are never written by the host. Otherwise
+    /// (rows joined, left or waited) the values come from the host, as with
+    /// [`DecodeStep::new`].
+    pub fn next(
+        shape: BatchShape,
+        kv_heads: usize,
+        positions: Vec<usize>,
+        prev: Option<&DecodeStep>,
+    ) -> Self {
         let n = positions.len();
         let kv_len = positions.iter().max().map_or(1, |&p| p + 1);
         debug_assert!(kv_len <= shape.capacity && n <= shape.rows);
-        let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+        let prev = prev.filter(|p| p.positions.len() == n && crate::lean::carry_inputs());
+        let follows = prev.filter(|p| {
+            p.positions
+                .iter()
+                .zip(&positions)
+                .all(|(&before, &now)| now == before + 1)
+        });
+        let (offsets_buf, carried) = match follows {
+            Some(p) => (p.lens_buf().clone(), true),
+            None => {
+                let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+                let padded = crate::cuda_kernel::padded_ints(&offsets);
+                (Array::from_slice(&padded, &[padded.len() as i32]), false)
+            }
+        };
         DecodeStep {
             shape,
-            offsets: step_ints(&offsets),
+            offsets: first(&offsets_buf, n),
+            offsets_buf,
+            carried,
+            lens_buf: std::cell::OnceCell::new(),
             mask: std::cell::OnceCell::new(),
             lens: std::cell::OnceCell::new(),
             kv_heads,
             flat_index: std::cell::OnceCell::new(),
-            row_index: step_ints(&(0..n as i32).collect::<Vec<_>>()),
+            row_index: match prev {
+                Some(p) => p.row_index.clone(),
+                None => step_ints(&(0..n as i32).collect::<Vec<_>>()),
+            },
             positions,
             kv_len,
             active: None,
         }
+    }
+
+    /// Whether this step's offsets and lengths were carried over from the
+    /// previous step on the device (see [`DecodeStep::next`]).
+    pub fn carried(&self) -> bool {
+        self.carried
     }
 
     /// Marks which rows really decode this step (`active[i]` for row `i`);
@@ -548,9 +606,23 @@ impl DecodeStep {
 
     /// Each row's length (see the field), built on the first call.
     fn lens(&self) -> &Array {
-        self.lens.get_or_init(|| {
-            let lens: Vec<i32> = self.positions.iter().map(|&p| p as i32 + 1).collect();
-            step_ints(&lens)
+        self.lens
+            .get_or_init(|| first(self.lens_buf(), self.positions.len()))
+    }
+
+    /// `positions + 1`, padded like the offsets: one on-device add to a
+    /// carried step's offsets, else written by the host.
+    fn lens_buf(&self) -> &Array {
+        self.lens_buf.get_or_init(|| {
+            let carried = self
+                .carried
+                .then(|| self.offsets_buf.add(Array::from_int(1)).ok())
+                .flatten();
+            carried.unwrap_or_else(|| {
+                let lens: Vec<i32> = self.positions.iter().map(|&p| p as i32 + 1).collect();
+                let padded = crate::cuda_kernel::padded_ints(&lens);
+                Array::from_slice(&padded, &[padded.len() as i32])
+            })
         })
     }
 
@@ -1000,6 +1072,62 @@ mod tests {
             let back: Vec<i32> = a.add(Array::from_int(0)).unwrap().as_slice().to_vec();
             assert_eq!(back, values);
         }
+    }
+
+    /// A step that follows one of the same rows, each a position on, takes
+    /// its offsets and lengths from the device (the values the host would
+    /// have written); any other step writes them from the host.
+    #[test]
+    fn a_following_step_carries_its_offsets_and_lengths_on_the_device() {
+        let shape = BatchShape {
+            rows: 4,
+            capacity: 256,
+        };
+        let ints = |a: &Array| {
+            a.add(Array::from_int(0))
+                .unwrap()
+                .as_slice::<i32>()
+                .to_vec()
+        };
+        for start in [vec![6], vec![13, 20, 0, 7], vec![3, 3, 9]] {
+            let first = DecodeStep::new(shape, 2, start.clone());
+            assert!(!first.carried());
+            let plus = |k: usize| start.iter().map(|&p| (p + k) as i32).collect::<Vec<_>>();
+            let second = DecodeStep::next(
+                shape,
+                2,
+                start.iter().map(|p| p + 1).collect(),
+                Some(&first),
+            );
+            assert!(second.carried(), "{start:?}");
+            assert_eq!(ints(&second.offsets), plus(1));
+            assert_eq!(ints(second.lens()), plus(2));
+            assert_eq!(second.offsets.shape(), &[start.len() as i32]);
+            // And the one after, carried from a carried step.
+            let third = DecodeStep::next(
+                shape,
+                2,
+                start.iter().map(|p| p + 2).collect(),
+                Some(&second),
+            );
+            assert!(third.carried());
+            assert_eq!(ints(&third.offsets), plus(2));
+            assert_eq!(ints(third.lens()), plus(3));
+            assert_eq!(
+                ints(&third.row_index),
+                (0..start.len() as i32).collect::<Vec<_>>()
+            );
+        }
+        // A row that did not move (it waited), or another row count: host values.
+        let first = DecodeStep::new(shape, 2, vec![5, 8]);
+        let waited = DecodeStep::next(shape, 2, vec![6, 8], Some(&first));
+        assert!(!waited.carried());
+        assert_eq!(ints(&waited.offsets), [6, 8]);
+        assert_eq!(ints(waited.lens()), [7, 9]);
+        let joined = DecodeStep::next(shape, 2, vec![6, 9, 0], Some(&first));
+        assert!(!joined.carried());
+        assert_eq!(ints(&joined.offsets), [6, 9, 0]);
+        assert_eq!(ints(&joined.row_index), [0, 1, 2]);
     }
 
     #[test]

@@ -47,3 +47,21 @@ pub fn set_fold_rows(fold: bool) {
 pub fn fold_rows() -> bool {
     FOLD_ROWS.load(Ordering::Relaxed) && on()
 }
+
+static CARRY_INPUTS: AtomicBool = AtomicBool::new(true);
+
+/// `true` (the default): a decode step that follows one of the same rows,
+/// each one position on, takes its RoPE offsets, lengths and row index from
+/// the previous step's device arrays instead of writing them from the host
+/// (`DecodeStep::next` in models/src/cache.rs), and the engine feeds it the
+/// previous step's sampled tokens with no host-made array around them. On
+/// MLX's CUDA backend a host-written buffer migrates to the GPU when a
+/// kernel first reads it (docs/cuda.md); `false` is for A/B runs.
+pub fn set_carry_inputs(carry: bool) {
+    CARRY_INPUTS.store(carry, Ordering::Relaxed);
+}
+
+/// Whether decode steps carry their inputs over on the device.
+pub fn carry_inputs() -> bool {
+    CARRY_INPUTS.load(Ordering::Relaxed)
+}

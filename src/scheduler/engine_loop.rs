@@ -275,6 +275,12 @@ struct EngineLoop {
     waiting: VecDeque<Box<Submission>>,
     running: Vec<Sequence>,
     in_flight: Option<InFlight>,
+    /// The last decode step's inputs, which the next step of the same rows
+    /// carries over on the device (`DecodeStep::next`).
+    last_step: Option<DecodeStep>,
+    /// The last device index of in-flight tokens into batch rows (when not
+    /// every row's own), kept while the batch keeps its order.
+    fed_index: Option<(Vec<i32>, Array)>,
     prefix: PrefixCache,
     trace: Option<StepTrace>,
     /// Commands from the handles (set while `run` runs).
@@ -326,6 +332,8 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             in_flight: None,
+            last_step: None,
+            fed_index: None,
             prefix,
             trace: StepTrace::from_env(),
             commands: None,
@@ -695,9 +703,22 @@ impl EngineLoop {
                 None => tokens[s.row] = s.last_token as i32,
             }
         }
-        let host = Array::from_slice(&tokens, &[span as i32]);
+        let carry = hearth_models::lean::carry_inputs();
         let ids = match previous.as_ref() {
+            // Every row's token is still on the device: no host-made array
+            // (docs/cuda.md, "A step's host-made inputs migrate ...").
+            Some(prev) if carry && from_device.iter().all(|&d| d) => {
+                let fed = prev.pending.tokens().as_type::<i32>()?;
+                let own = prev.ids.len() == span
+                    && device_index.iter().enumerate().all(|(k, &j)| j == k as i32);
+                if own {
+                    fed
+                } else {
+                    fed.take_axis(self.fed_index_array(device_index), 0)?
+                }
+            }
             Some(prev) if from_device.iter().any(|&d| d) => {
+                let host = Array::from_slice(&tokens, &[span as i32]);
                 let fed = prev
                     .pending
                     .tokens()
@@ -705,14 +726,20 @@ impl EngineLoop {
                     .take_axis(Array::from_slice(&device_index, &[span as i32]), 0)?;
                 mlx_rs::ops::select(Array::from_slice(&from_device, &[span as i32]), &fed, &host)?
             }
-            _ => host,
+            _ => Array::from_slice(&tokens, &[span as i32]),
         }
         .reshape(&[span as i32, 1])?;
-        let step = DecodeStep::new(self.shape, self.info.config.num_key_value_heads, positions)
-            .with_active_rows(&active);
+        let step = DecodeStep::next(
+            self.shape,
+            self.info.config.num_key_value_heads,
+            positions,
+            self.last_step.as_ref(),
+        )
+        .with_active_rows(&active);
         let mut views = BatchKv::decode_views(&mut self.kv, &step);
         let logits = self.model.forward(&ids, &mut views, true)?;
         drop(views);
+        self.last_step = Some(step);
         let logits = logits.reshape(&[span as i32, -1])?;
         let rows: Vec<i32> = decoding
             .iter()
@@ -758,6 +785,19 @@ impl EngineLoop {
             self.deliver(InFlight { pending, ids })?;
         }
         Ok(stats)
+    }
+
+    /// `index` as a device array: the previous one while it is the same
+    /// (then the host writes nothing this step).
+    fn fed_index_array(&mut self, index: Vec<i32>) -> Array {
+        match &self.fed_index {
+            Some((same, array)) if *same == index => array.clone(),
+            _ => {
+                let array = Array::from_slice(&index, &[index.len() as i32]);
+                self.fed_index = Some((index, array.clone()));
+                array
+            }
+        }
     }
 
     /// Reads back and sends the tokens of the step in flight, if any.

@@ -49,8 +49,10 @@ pub struct Options {
     /// (models/src/lean.rs); `plain`, the same kernels with the reshape and
     /// slice nodes of before; `fold` and `nofold`, the lean graph with a
     /// batch's products by dense weights folded over the rows or not
-    /// (`HEARTH_FOLD_ROWS`, whatever is in force); each takes turns with
-    /// every GEMV table.
+    /// (`HEARTH_FOLD_ROWS`, whatever is in force); `carry` and `nocarry`,
+    /// a step's offsets, lengths and token ids carried over from the step
+    /// before on the device or written by the host (`HEARTH_CARRY_INPUTS`);
+    /// each takes turns with every GEMV table.
     #[arg(long, value_delimiter = ',', default_value = "lean")]
     pub graph: Vec<String>,
     /// Bracket the last round's steps with the CUDA profiler's start and
@@ -67,6 +69,8 @@ struct Variant {
     plain: bool,
     /// Folded batch products (`None`: as in force).
     fold: Option<bool>,
+    /// Step inputs carried over on the device (`None`: as in force).
+    carry: Option<bool>,
     name: String,
 }
 
@@ -77,6 +81,10 @@ struct Batch {
     shape: BatchShape,
     positions: Vec<usize>,
     tokens: Vec<i32>,
+    /// The last step's inputs and picked tokens (still on the device), for
+    /// variants that carry a step's inputs over.
+    last_step: Option<DecodeStep>,
+    fed: Option<Array>,
     build_us: Vec<f64>,
     dispatch_us: Vec<f64>,
     step_us: Vec<f64>,
@@ -94,6 +102,7 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     crate::device::enable_cuda_kernels();
     let fold_in_force = hearth_models::lean::fold_rows();
+    let carry_in_force = hearth_models::lean::carry_inputs();
     let tables: Vec<(Option<Vec<hearth_models::cuda_gemv::Route>>, &str)> = if opts.gemv.is_empty()
     {
         vec![(None, "in force")]
@@ -110,12 +119,16 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut variants = Vec::new();
     for (routes, table) in &tables {
         for graph in &opts.graph {
-            let (plain, fold) = match graph.as_str() {
-                "lean" => (false, None),
-                "plain" => (true, None),
-                "fold" => (false, Some(true)),
-                "nofold" => (false, Some(false)),
-                other => anyhow::bail!("--graph {other}: want lean, plain, fold or nofold"),
+            let (plain, fold, carry) = match graph.as_str() {
+                "lean" => (false, None, None),
+                "plain" => (true, None, None),
+                "fold" => (false, Some(true), None),
+                "nofold" => (false, Some(false), None),
+                "carry" => (false, None, Some(true)),
+                "nocarry" => (false, None, Some(false)),
+                other => anyhow::bail!(
+                    "--graph {other}: want lean, plain, fold, nofold, carry or nocarry"
+                ),
             };
             let name = if opts.graph.len() > 1 {
                 format!("{table}, {graph}")
@@ -126,6 +139,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 routes: routes.clone(),
                 plain,
                 fold,
+                carry,
                 name,
             });
         }
@@ -179,6 +193,8 @@ pub fn run(opts: &Options) -> Result<()> {
             shape,
             positions,
             tokens: vec![1; rows],
+            last_step: None,
+            fed: None,
             build_us: Vec::new(),
             dispatch_us: Vec::new(),
             step_us: Vec::new(),
@@ -198,16 +214,27 @@ pub fn run(opts: &Options) -> Result<()> {
             }
             hearth_models::lean::set_plain(variant.plain);
             hearth_models::lean::set_fold_rows(variant.fold.unwrap_or(fold_in_force));
+            let carry = variant.carry.unwrap_or(carry_in_force);
+            hearth_models::lean::set_carry_inputs(carry);
             for i in 0..opts.steps {
                 let started = Instant::now();
-                let step = DecodeStep::new(b.shape, kv_heads, b.positions.clone());
-                let ids = Array::from_slice(&b.tokens, &[b.rows as i32, 1]);
+                // Carried: the step before's inputs and picked tokens stay
+                // on the device, as in the engine (DecodeStep::next).
+                let step =
+                    DecodeStep::next(b.shape, kv_heads, b.positions.clone(), b.last_step.as_ref());
+                let ids = match b.fed.take().filter(|_| carry) {
+                    Some(fed) => fed.reshape(&[b.rows as i32, 1])?,
+                    None => Array::from_slice(&b.tokens, &[b.rows as i32, 1]),
+                };
                 let mut views = BatchKv::decode_views(&mut b.kv, &step);
                 let logits = m.forward(&ids, &mut views, true)?;
                 drop(views);
+                b.last_step = Some(step);
                 let next = argmax_axis(logits.reshape(&[b.rows as i32, -1])?, -1, false)?;
                 let built = started.elapsed();
-                if round == 0 && i == 0 {
+                // The warm-up's last step: a carried variant's first steps
+                // still read inputs the host wrote (DecodeStep::next).
+                if round == 0 && i + 1 == opts.steps {
                     b.nodes = super::step_ops::count_primitives(&[&next])?.values().sum();
                 }
                 mlx_rs::transforms::async_eval([&next])?;
@@ -221,6 +248,7 @@ pub fn run(opts: &Options) -> Result<()> {
                     b.step_us.push(total.as_secs_f64() * 1e6);
                 }
                 b.tokens = picked.into_iter().map(|t| t.max(1)).collect();
+                b.fed = Some(next.as_type::<i32>()?);
                 for p in &mut b.positions {
                     *p += 1;
                 }
@@ -242,6 +270,7 @@ pub fn run(opts: &Options) -> Result<()> {
     );
     hearth_models::lean::set_plain(false);
     hearth_models::lean::set_fold_rows(fold_in_force);
+    hearth_models::lean::set_carry_inputs(carry_in_force);
     for (v, variant) in variants.iter().enumerate() {
         let name = &variant.name;
         let mine: Vec<&Batch> = batches.iter().filter(|b| b.variant == v).collect();
