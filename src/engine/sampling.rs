@@ -455,6 +455,7 @@ impl Sampler {
         }
         let mut pending = PendingBatch {
             tokens: Array::from_slice::<u32>(&[], &[0]),
+            pieces: Vec::new(),
             chosen: None,
             top: None,
             top_n: 0,
@@ -473,7 +474,7 @@ impl Sampler {
             // Fast path: one argmax over [B, vocab].
             pending.tokens =
                 argmax_axis(logits, -1, false).context("taking the argmax of the logits")?;
-            return Ok(pending);
+            return pending.with_host_pieces();
         }
 
         let raw = logits
@@ -517,7 +518,7 @@ impl Sampler {
                 pending.top = Some(top_entries(logprobs, pending.top_n)?);
             }
         }
-        Ok(pending)
+        pending.with_host_pieces()
     }
 
     /// True when the next draw depends on the tokens generated so far
@@ -659,6 +660,10 @@ impl Sampler {
 /// [`Sampler::prepare_batch`].
 pub struct PendingBatch {
     tokens: Array,
+    /// The tokens again in copies of at most two (8 bytes), which the host
+    /// reads instead of `tokens` (empty: it reads `tokens`); see
+    /// [`PendingBatch::with_host_pieces`].
+    pieces: Vec<Array>,
     chosen: Option<Array>,
     top: Option<(Array, Array)>,
     top_n: usize,
@@ -674,9 +679,26 @@ impl PendingBatch {
         &self.tokens
     }
 
+    /// On MLX's CUDA backend a buffer of more than 8 bytes is managed
+    /// memory: the host reading the sampled tokens moves their page to the
+    /// host, and the next kernel that touches that page (it holds other small
+    /// buffers) moves it back, ~100 µs of GPU time a step from 3 rows on
+    /// (docs/cuda.md). Buffers of up to 8 bytes live in a pool the host reads
+    /// in place, so the host reads copies of at most two tokens each; the
+    /// next step reads `tokens` on the device. Only with
+    /// [`hearth_models::lean::carry_inputs`] (a one- or two-row batch's
+    /// tokens are in that pool already).
+    fn with_host_pieces(mut self) -> Result<Self, SamplingError> {
+        if hearth_models::lean::carry_inputs() {
+            self.pieces = host_pieces(&self.tokens).context("copying the tokens for the host")?;
+        }
+        Ok(self)
+    }
+
     /// Every output array, to hand to `eval`/`async_eval`.
     pub fn arrays(&self) -> Vec<&Array> {
         let mut arrays = vec![&self.tokens];
+        arrays.extend(&self.pieces);
         arrays.extend(&self.chosen);
         if let Some((ids, values)) = &self.top {
             arrays.push(ids);
@@ -692,10 +714,13 @@ impl PendingBatch {
         if batch == 0 {
             return Ok(Vec::new());
         }
-        let tokens = self
-            .tokens
-            .to_vec_cast::<u32>()
-            .context("reading the sampled tokens back")?;
+        let tokens = if self.pieces.is_empty() {
+            self.tokens
+                .to_vec_cast::<u32>()
+                .context("reading the sampled tokens back")?
+        } else {
+            read_host_pieces(&self.pieces).context("reading the sampled tokens back")?
+        };
         let chosen = match &self.chosen {
             Some(chosen) => chosen
                 .to_vec_cast::<f32>()
@@ -752,6 +777,47 @@ impl PendingBatch {
         }
         Ok(results)
     }
+}
+
+/// Sampled token ids (`[B]`) copied for the host to read, at most two (8
+/// bytes) a copy; none for one or two rows (read those as they are).
+///
+/// On MLX's CUDA backend a buffer of more than 8 bytes is managed memory:
+/// the host reading it moves its page to the host, and the next kernel that
+/// touches that page (it holds other small buffers) moves it back, ~100 µs of
+/// GPU time a step (docs/cuda.md). Buffers of up to 8 bytes live in a pool
+/// the host reads in place; the next step reads the tokens themselves on the
+/// device. The copies are conversions (int32 <-> uint32): a slice or a copy
+/// of the same type would share the tokens' buffer.
+pub fn host_pieces(tokens: &Array) -> Result<Vec<Array>, mlx_rs::error::Exception> {
+    let n = tokens.size() as i32;
+    if n <= 2 {
+        return Ok(Vec::new());
+    }
+    let to = if tokens.dtype() == Dtype::Int32 {
+        Dtype::Uint32
+    } else {
+        Dtype::Int32
+    };
+    let flat = tokens.reshape(&[-1])?;
+    (0..n)
+        .step_by(2)
+        .map(|k| flat.try_index(k..(k + 2).min(n))?.as_dtype(to))
+        .collect()
+}
+
+/// The tokens of [`host_pieces`] (evaluated), in order; each read as it is
+/// (a cast would be another evaluation).
+pub fn read_host_pieces(pieces: &[Array]) -> Result<Vec<u32>, mlx_rs::error::AsSliceError> {
+    let mut tokens = Vec::with_capacity(pieces.len() * 2);
+    for piece in pieces {
+        if piece.dtype() == Dtype::Int32 {
+            tokens.extend(piece.try_as_slice::<i32>()?.iter().map(|&t| t as u32));
+        } else {
+            tokens.extend(piece.try_as_slice::<u32>()?);
+        }
+    }
+    Ok(tokens)
 }
 
 fn check_dtype(logits: &Array) -> Result<(), SamplingError> {
@@ -955,6 +1021,32 @@ fn top_entries(logprobs: &Array, count: usize) -> Result<(Array, Array), Samplin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tokens come back through copies of at most two (each its own buffer,
+    /// of the other int type), in order; one or two rows need none.
+    #[test]
+    fn host_pieces_hold_the_tokens_two_at_a_time() {
+        for n in 0..8u32 {
+            let values: Vec<u32> = (0..n).map(|i| 1000 * i + 7).collect();
+            let signed: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+            for tokens in [
+                Array::from_slice(&values, &[n as i32]),
+                Array::from_slice(&signed, &[n as i32]),
+            ] {
+                let pieces = host_pieces(&tokens).unwrap();
+                if n <= 2 {
+                    assert!(pieces.is_empty());
+                    continue;
+                }
+                assert_eq!(pieces.len(), n.div_ceil(2) as usize);
+                for p in &pieces {
+                    assert!(p.size() <= 2 && p.dtype() != tokens.dtype());
+                }
+                transforms::eval(pieces.iter()).unwrap();
+                assert_eq!(read_host_pieces(&pieces).unwrap(), values);
+            }
+        }
+    }
 
     fn row(values: &[f32]) -> Array {
         Array::from_slice(values, &[values.len() as i32])

@@ -237,10 +237,22 @@ pub fn run(opts: &Options) -> Result<()> {
                 if round == 0 && i + 1 == opts.steps {
                     b.nodes = super::step_ops::count_primitives(&[&next])?.values().sum();
                 }
-                mlx_rs::transforms::async_eval([&next])?;
+                // Read as the engine reads them (PendingBatch): carried,
+                // through copies the host reads in place.
+                let pieces = if carry {
+                    crate::engine::sampling::host_pieces(&next)?
+                } else {
+                    Vec::new()
+                };
+                mlx_rs::transforms::async_eval(std::iter::once(&next).chain(&pieces))?;
                 let dispatched = started.elapsed();
                 next.eval()?;
-                let picked: Vec<i32> = next.as_type::<i32>()?.as_slice::<i32>().to_vec();
+                let picked: Vec<i32> = if pieces.is_empty() {
+                    next.as_type::<i32>()?.as_slice::<i32>().to_vec()
+                } else {
+                    let read = crate::engine::sampling::read_host_pieces(&pieces)?;
+                    read.into_iter().map(|t| t as i32).collect()
+                };
                 let total = started.elapsed();
                 if round > 0 {
                     b.build_us.push(built.as_secs_f64() * 1e6);
