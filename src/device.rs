@@ -147,6 +147,13 @@ const CUDA_STICKY_ERRORS: [&str; 5] = [
     "device-side assert triggered",
 ];
 
+/// Whether an engine error means the process's CUDA context is lost (one
+/// of [`CUDA_STICKY_ERRORS`]): nothing on the GPU will work again until the
+/// server restarts.
+pub fn context_lost(message: &str) -> bool {
+    CUDA_STICKY_ERRORS.iter().any(|e| message.contains(e))
+}
+
 /// What an operator should do about an engine error, where Hearth knows.
 pub fn engine_error_hint(message: &str) -> Option<&'static str> {
     if message.contains("Cache thrashing is happening") {
@@ -157,7 +164,7 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
              or raise the cache size the message names (docs/cuda.md)",
         );
     }
-    if CUDA_STICKY_ERRORS.iter().any(|e| message.contains(e)) {
+    if context_lost(message) {
         return Some(
             "the CUDA context of this process is lost (often after the GPU ran out of memory): \
              every later request will fail the same way; restart the server \
@@ -540,6 +547,10 @@ mod tests {
         let hint = super::engine_error_hint(lost).unwrap();
         assert!(hint.contains("restart") && hint.contains("lost"));
         assert_eq!(super::engine_error_hint("the prompt is empty"), None);
+        // Only the sticky error marks the device lost for good.
+        assert!(super::context_lost(lost));
+        assert!(!super::context_lost(oom));
+        assert!(!super::context_lost("the prompt is empty"));
     }
 
     use super::*;

@@ -387,6 +387,9 @@ impl EngineLoop {
                         let message = format!("{e:#}");
                         let hint = crate::device::engine_error_hint(&message);
                         tracing::error!(error = %message, hint, "engine step failed");
+                        if crate::device::context_lost(&message) {
+                            self.metrics.record_device_lost(&message);
+                        }
                         self.fail_all(&format!("engine error: {e}"));
                         StepStats::default()
                     }
@@ -706,7 +709,8 @@ impl EngineLoop {
         let carry = hearth_models::lean::carry_inputs();
         let ids = match previous.as_ref() {
             // Every row's token is still on the device: no host-made array
-            // (docs/cuda.md, "A step's host-made inputs migrate ...").
+            // (docs/cuda.md, "A step's inputs and outputs kept off managed
+            // memory's migrations").
             Some(prev) if carry && from_device.iter().all(|&d| d) => {
                 let fed = prev.pending.tokens().as_type::<i32>()?;
                 let own = prev.ids.len() == span
@@ -1035,6 +1039,9 @@ impl EngineLoop {
 
     fn fail_all(&mut self, message: &str) {
         self.in_flight = None;
+        // A failed step's arrays are not carried into the next one.
+        self.last_step = None;
+        self.fed_index = None;
         for seq in self.running.drain(..) {
             let _ = seq.sub.events.send(JobEvent::Failed(message.to_string()));
             self.rows.release(seq.row);

@@ -87,6 +87,9 @@ pub struct Metrics {
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub step_time: Histogram,
+    /// The engine error after which the device is unusable (a lost CUDA
+    /// context), once there was one.
+    device_lost: std::sync::OnceLock<String>,
 }
 
 /// A snapshot for status pages.
@@ -107,6 +110,9 @@ pub struct SchedulerStatus {
     /// (after `idle_release`, docs/scheduler.md).
     pub cache_releases: u64,
     pub prefix_cache: PrefixCacheStatus,
+    /// The error that made the device unusable (a lost CUDA context): every
+    /// request fails until the server restarts. `None` while it works.
+    pub device_lost: Option<String>,
 }
 
 /// The prefix cache's part of [`SchedulerStatus`].
@@ -151,6 +157,16 @@ impl Metrics {
         if cancelled {
             self.requests_cancelled.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Marks the device unusable (the first error that did so is kept).
+    pub(crate) fn record_device_lost(&self, message: &str) {
+        let _ = self.device_lost.set(message.to_string());
+    }
+
+    /// The error that made the device unusable, if one did.
+    pub fn device_lost(&self) -> Option<&str> {
+        self.device_lost.get().map(String::as_str)
     }
 
     pub(crate) fn record_tokens(&self, n: usize) {
@@ -223,6 +239,7 @@ impl Metrics {
                 bytes: self.prefix_bytes.load(Ordering::Relaxed),
                 budget_bytes: self.prefix_budget.load(Ordering::Relaxed),
             },
+            device_lost: self.device_lost().map(str::to_string),
         }
     }
 
@@ -237,6 +254,12 @@ impl Metrics {
         };
         let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
         let g = |a: &AtomicUsize| a.load(Ordering::Relaxed).to_string();
+        line(
+            "hearth_device_lost",
+            "gauge",
+            "1 once the device is unusable (a lost CUDA context): restart the server.",
+            u8::from(self.device_lost().is_some()).to_string(),
+        );
         line(
             "hearth_requests_total",
             "counter",

@@ -232,6 +232,10 @@ pub enum SubmitError {
     Invalid(String),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The device is unusable (a lost CUDA context) until the server
+    /// restarts; the engine error that made it so.
+    #[error("the device is unusable after an engine error ({0}); restart the server")]
+    DeviceLost(String),
 }
 
 /// The caller's end of one job.
@@ -350,6 +354,9 @@ impl SchedulerHandle {
         if self.shared.shutting_down.load(Ordering::Relaxed) {
             return Err(SubmitError::ShuttingDown);
         }
+        if let Some(error) = self.shared.metrics.device_lost() {
+            return Err(SubmitError::DeviceLost(error.to_string()));
+        }
         let info = &self.shared.info;
         if job.prompt_tokens.is_empty() {
             return Err(SubmitError::Invalid("the prompt is empty".into()));
@@ -414,5 +421,64 @@ impl SchedulerHandle {
         if let Some(thread) = self.shared.thread.lock().ok().and_then(|mut t| t.take()) {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once an engine error has lost the device (a CUDA context), a new job
+    /// is refused at once with that error, and the status says so; before,
+    /// the same job runs.
+    #[test]
+    fn a_lost_device_refuses_new_jobs() {
+        use crate::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fixtures = std::env::var_os("HEARTH_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".hearth/fixtures"));
+        let spec = DummySpec {
+            arch: "qwen3".into(),
+            shape: DummyShape::parse("tiny").expect("shape"),
+            tokenizer: fixtures.join("qwen3-tokenizer/tokenizer.json"),
+            dtype: mlx_rs::Dtype::Float32,
+            seed: 3,
+        };
+        write_dummy_model(&spec, dir.path()).expect("dummy model");
+        let scheduler =
+            SchedulerHandle::start(dir.path().to_path_buf(), SchedulerConfig::default())
+                .expect("start");
+        let job = || Job {
+            prompt_tokens: vec![5, 6, 7],
+            max_tokens: 2,
+            sampling: Default::default(),
+            stop_at_eos: false,
+        };
+        let mut ran = scheduler
+            .submit(job())
+            .expect("a working device takes jobs");
+        while let Some(event) = ran.events.blocking_recv() {
+            match event {
+                JobEvent::Finished(summary) => {
+                    assert_eq!(summary.completion_tokens, 2);
+                    break;
+                }
+                JobEvent::Failed(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        assert_eq!(scheduler.status().device_lost, None);
+        let lost = "an illegal memory access was encountered";
+        scheduler.metrics().record_device_lost(lost);
+        scheduler.metrics().record_device_lost("a later error");
+        match scheduler.submit(job()) {
+            Err(SubmitError::DeviceLost(e)) => assert_eq!(e, lost),
+            other => panic!("want DeviceLost, got {other:?}"),
+        }
+        assert_eq!(scheduler.status().device_lost.as_deref(), Some(lost));
+        let text = scheduler.metrics().render_prometheus(0);
+        assert!(text.contains("\nhearth_device_lost 1\n"), "{text}");
+        scheduler.shutdown(Duration::from_secs(1));
     }
 }

@@ -129,6 +129,20 @@ impl ApiError {
         e
     }
 
+    /// 503: the device is unusable (a lost CUDA context) until a restart.
+    pub fn device_lost(error: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!(
+                "The server's GPU is unusable after an engine error ({error}). Every request \
+                 fails until the server is restarted."
+            ),
+        );
+        e.code = Some("device_lost");
+        e
+    }
+
     /// 500: a bug or an engine failure; the message says what failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
@@ -184,6 +198,7 @@ impl ApiError {
             .with_code("insufficient_memory"),
             SubmitError::Invalid(message) => Self::invalid(message),
             SubmitError::ShuttingDown => Self::shutting_down(),
+            SubmitError::DeviceLost(error) => Self::device_lost(&error),
         }
     }
 
@@ -253,6 +268,17 @@ mod tests {
         assert!(e.message.contains("9000") && e.message.contains("8192"));
         assert_eq!(e.param.as_deref(), Some("messages"));
         assert_eq!(e.code, Some("context_length_exceeded"));
+    }
+
+    #[test]
+    fn a_lost_device_is_503_and_says_restart() {
+        let e = ApiError::from_submit(
+            SubmitError::DeviceLost("an illegal memory access was encountered".into()),
+            "messages",
+        );
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code, Some("device_lost"));
+        assert!(e.message.contains("illegal memory access") && e.message.contains("restarted"));
     }
 
     #[test]
