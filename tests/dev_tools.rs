@@ -148,20 +148,17 @@ fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
     assert!(err.contains("--experts") && err.contains("CUDA"), "{err}");
 }
 
-/// `hearth dev decode-bench --graph fold,nofold` on a dense checkpoint (the
-/// dummy-model tool's `tiny` Qwen3, f32): both graphs take turns, a one-row
-/// step is the same graph in both, and a two-row step folded over its rows
-/// has three nodes fewer per product by a dense weight (transpose, flatten
-/// and unflatten: four per layer here, the tied lm_head excepted).
-#[test]
-fn decode_bench_folds_a_batch_product_into_one_node() {
+/// Runs `hearth dev decode-bench` with `args` on the dummy-model tool's
+/// `tiny` Qwen3 (f32, seed `seed`); the graph nodes of each (variant, rows)
+/// and the whole table.
+fn decode_bench_nodes(seed: u64, args: &[&str]) -> (BTreeMap<(String, usize), usize>, String) {
     let dir = tempfile::tempdir().expect("temp dir");
-    write_dummy(dir.path(), "qwen3", "tiny", 1);
+    write_dummy(dir.path(), "qwen3", "tiny", seed);
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(["dev", "decode-bench", "--model"])
         .arg(dir.path())
-        .args(["--rows", "1,2", "--steps", "2", "--rounds", "1"])
-        .args(["--prompt-tokens", "8", "--graph", "fold,nofold"])
+        .args(["--rounds", "1", "--prompt-tokens", "8"])
+        .args(args)
         .output()
         .expect("run hearth");
     let text = String::from_utf8(out.stdout).expect("utf-8");
@@ -170,15 +167,27 @@ fn decode_bench_folds_a_batch_product_into_one_node() {
         "decode-bench failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // (variant, rows) -> graph nodes
     let mut nodes = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("| in force")) {
+    for line in text.lines().filter(|l| l.starts_with("| in force, ")) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
         let rows: usize = cells[1].parse().expect("rows");
         let n: usize = cells[7].parse().expect("graph nodes");
-        nodes.insert((cells[0].to_string(), rows), n);
+        let variant = cells[0].trim_start_matches("in force, ").to_string();
+        nodes.insert((variant, rows), n);
     }
-    let get = |v: &str, r: usize| nodes[&(format!("in force, {v}"), r)];
+    (nodes, text)
+}
+
+/// `hearth dev decode-bench --graph fold,nofold` on a dense checkpoint: both
+/// graphs take turns, a one-row step is the same graph in both, and a
+/// two-row step folded over its rows has three nodes fewer per product by a
+/// dense weight (transpose, flatten and unflatten: four per layer here, the
+/// tied lm_head excepted).
+#[test]
+fn decode_bench_folds_a_batch_product_into_one_node() {
+    let args = ["--rows", "1,2", "--steps", "2", "--graph", "fold,nofold"];
+    let (nodes, text) = decode_bench_nodes(1, &args);
+    let get = |v: &str, r: usize| nodes[&(v.to_string(), r)];
     assert_eq!(nodes.len(), 4, "{text}");
     assert_eq!(get("fold", 1), get("nofold", 1), "{text}");
     assert_eq!(get("nofold", 2) - get("fold", 2), 3 * 4 * 2, "{text}");
@@ -191,29 +200,9 @@ fn decode_bench_folds_a_batch_product_into_one_node() {
 /// (less the row index's slice, which it reuses: three more here).
 #[test]
 fn decode_bench_carries_a_steps_inputs_on_the_device() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_dummy(dir.path(), "qwen3", "tiny", 2);
-    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["dev", "decode-bench", "--model"])
-        .arg(dir.path())
-        .args(["--rows", "1,3", "--steps", "3", "--rounds", "1"])
-        .args(["--prompt-tokens", "8", "--graph", "carry,nocarry"])
-        .output()
-        .expect("run hearth");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(
-        out.status.success(),
-        "decode-bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut nodes = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("| in force")) {
-        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
-        let rows: usize = cells[1].parse().expect("rows");
-        let n: usize = cells[7].parse().expect("graph nodes");
-        nodes.insert((cells[0].to_string(), rows), n);
-    }
-    let get = |v: &str, r: usize| nodes[&(format!("in force, {v}"), r)];
+    let args = ["--rows", "1,3", "--steps", "3", "--graph", "carry,nocarry"];
+    let (nodes, text) = decode_bench_nodes(2, &args);
+    let get = |v: &str, r: usize| nodes[&(v.to_string(), r)];
     assert_eq!(nodes.len(), 4, "{text}");
     for rows in [1, 3] {
         assert!(get("carry", rows) > get("nocarry", rows), "{text}");
