@@ -147,6 +147,54 @@ const CUDA_STICKY_ERRORS: [&str; 5] = [
     "device-side assert triggered",
 ];
 
+/// The CUDA driver's function `name` (`libcuda.so.1`, looked up at run
+/// time: nothing links against CUDA); `None` without a driver (a CPU build,
+/// macOS) or without that symbol.
+#[cfg(unix)]
+pub(crate) fn cuda_driver_fn(name: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+    use std::ffi::{c_char, c_int, c_void};
+    extern "C" {
+        fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    /// `RTLD_NOW` (the same value on Linux and macOS).
+    const RTLD_NOW: c_int = 2;
+    // SAFETY: dlopen/dlsym get NUL-terminated names and return null on failure.
+    unsafe {
+        let lib = dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW);
+        if lib.is_null() {
+            return None;
+        }
+        let f = dlsym(lib, name.as_ptr());
+        (!f.is_null()).then_some(f)
+    }
+}
+
+#[cfg(not(unix))]
+pub(crate) fn cuda_driver_fn(_name: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+    None
+}
+
+/// Free memory of the GPU this process's CUDA context is on
+/// (`cuMemGetInfo`), when MLX runs on CUDA; `None` elsewhere or if the
+/// driver does not answer (e.g. no context current on this thread). Other
+/// processes' allocations count as used: on a shared GPU this is what is
+/// really left.
+pub fn cuda_free_memory() -> Option<usize> {
+    if DeviceInfo::detect().backend != "cuda" {
+        return None;
+    }
+    let f = cuda_driver_fn(c"cuMemGetInfo_v2")?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: the symbol is the driver's `CUresult cuMemGetInfo_v2(size_t*
+    // free, size_t* total)`; both pointers are to locals that outlive the call.
+    let rc = unsafe {
+        let f: extern "C" fn(*mut usize, *mut usize) -> std::ffi::c_int = std::mem::transmute(f);
+        f(&mut free, &mut total)
+    };
+    (rc == 0 && total > 0).then_some(free)
+}
+
 /// Whether an engine error means the process's CUDA context is lost (one
 /// of [`CUDA_STICKY_ERRORS`]): nothing on the GPU will work again until the
 /// server restarts.
@@ -554,6 +602,17 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn no_cuda_no_free_gpu_memory() {
+        // CI has no GPU (and the CPU build never asks the driver).
+        if DeviceInfo::detect().backend != "cuda" {
+            assert_eq!(cuda_free_memory(), None);
+        }
+        if !std::path::Path::new("/dev/nvidiactl").exists() {
+            assert!(cuda_driver_fn(c"cuMemGetInfo_v2").is_none());
+        }
+    }
 
     #[test]
     fn cpu_build_reports_cpu() {

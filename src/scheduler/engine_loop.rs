@@ -146,11 +146,18 @@ fn activation_bytes(model: &Model) -> usize {
 }
 
 /// Without a configured budget, KV caches may use 60% of the memory that is
-/// available now (the weights are already loaded), at least 256 MiB.
+/// available now (the weights are already loaded), at least 256 MiB. On
+/// MLX's CUDA backend that is the lesser of the host's and the GPU's: the
+/// GPU's free memory (other processes' use counted) plus what MLX's buffer
+/// cache holds (it serves new buffers first).
 fn default_kv_budget(_weight_bytes: usize) -> usize {
     let mut sys = sysinfo::System::new();
     sys.refresh_memory();
-    let available = sys.available_memory() as usize;
+    let mut available = sys.available_memory() as usize;
+    if let Some(gpu_free) = crate::device::cuda_free_memory() {
+        let cached = mlx_rs::memory::cache_memory().unwrap_or(0);
+        available = available.min(gpu_free + cached);
+    }
     (available / 10 * 6).max(256 << 20)
 }
 

@@ -4,42 +4,18 @@
 //! links against CUDA). Without the driver (a CPU build, macOS) both do
 //! nothing and [`start`] says so.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
-
-#[cfg(unix)]
-extern "C" {
-    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
-
-/// `RTLD_NOW` (the same value on Linux and macOS).
-#[cfg(unix)]
-const RTLD_NOW: c_int = 2;
+use std::ffi::{c_int, CStr};
 
 /// Calls the driver's `name()` (`CUresult f(void)`); true if it exists and
 /// returned `CUDA_SUCCESS`.
-#[cfg(unix)]
 fn call(name: &CStr) -> bool {
-    // SAFETY: dlopen/dlsym get NUL-terminated names; the symbol, when
-    // found, is the driver's `CUresult cuProfilerStart(void)` (or Stop),
-    // which takes no arguments and returns an int-sized enum.
-    unsafe {
-        let lib = dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW);
-        if lib.is_null() {
-            return false;
-        }
-        let f = dlsym(lib, name.as_ptr());
-        if f.is_null() {
-            return false;
-        }
-        let f: extern "C" fn() -> c_int = std::mem::transmute(f);
-        f() == 0
-    }
-}
-
-#[cfg(not(unix))]
-fn call(_name: &CStr) -> bool {
-    false
+    let Some(f) = crate::device::cuda_driver_fn(name) else {
+        return false;
+    };
+    // SAFETY: the symbol is the driver's `CUresult cuProfilerStart(void)`
+    // (or Stop), which takes no arguments and returns an int-sized enum.
+    let f: extern "C" fn() -> c_int = unsafe { std::mem::transmute(f) };
+    f() == 0
 }
 
 /// Starts the profiled region; false where there is no CUDA driver.
