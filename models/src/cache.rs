@@ -440,11 +440,14 @@ fn scatter(a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Resu
 /// when padded), so that a short step's offsets, lengths and KV write index,
 /// read by every attention layer, are not in MLX's host-resident pool.
 fn step_ints(values: &[i32]) -> Array {
+    first(&padded_array(values), values.len())
+}
+
+/// `values` then zeros up to [`crate::cuda_kernel::padded_ints`]'s length,
+/// as written by the host: the buffer [`step_ints`] views.
+fn padded_array(values: &[i32]) -> Array {
     let padded = crate::cuda_kernel::padded_ints(values);
-    first(
-        &Array::from_slice(&padded, &[padded.len() as i32]),
-        values.len(),
-    )
+    Array::from_slice(&padded, &[padded.len() as i32])
 }
 
 /// The first `n` values of a padded step buffer (a view, no copy).
@@ -527,8 +530,7 @@ impl DecodeStep {
             Some(p) => (p.lens_buf().clone(), true),
             None => {
                 let offsets: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-                let padded = crate::cuda_kernel::padded_ints(&offsets);
-                (Array::from_slice(&padded, &[padded.len() as i32]), false)
+                (padded_array(&offsets), false)
             }
         };
         DecodeStep {
@@ -549,12 +551,6 @@ impl DecodeStep {
             kv_len,
             active: None,
         }
-    }
-
-    /// Whether this step's offsets and lengths were carried over from the
-    /// previous step on the device (see [`DecodeStep::next`]).
-    pub fn carried(&self) -> bool {
-        self.carried
     }
 
     /// Marks which rows really decode this step (`active[i]` for row `i`);
@@ -620,8 +616,7 @@ impl DecodeStep {
                 .flatten();
             carried.unwrap_or_else(|| {
                 let lens: Vec<i32> = self.positions.iter().map(|&p| p as i32 + 1).collect();
-                let padded = crate::cuda_kernel::padded_ints(&lens);
-                Array::from_slice(&padded, &[padded.len() as i32])
+                padded_array(&lens)
             })
         })
     }
@@ -1091,7 +1086,7 @@ mod tests {
         };
         for start in [vec![6], vec![13, 20, 0, 7], vec![3, 3, 9]] {
             let first = DecodeStep::new(shape, 2, start.clone());
-            assert!(!first.carried());
+            assert!(!first.carried);
             let plus = |k: usize| start.iter().map(|&p| (p + k) as i32).collect::<Vec<_>>();
             let second = DecodeStep::next(
                 shape,
@@ -1099,7 +1094,7 @@ mod tests {
                 start.iter().map(|p| p + 1).collect(),
                 Some(&first),
             );
-            assert!(second.carried(), "{start:?}");
+            assert!(second.carried, "{start:?}");
             assert_eq!(ints(&second.offsets), plus(1));
             assert_eq!(ints(second.lens()), plus(2));
             assert_eq!(second.offsets.shape(), &[start.len() as i32]);
@@ -1110,7 +1105,7 @@ mod tests {
                 start.iter().map(|p| p + 2).collect(),
                 Some(&second),
             );
-            assert!(third.carried());
+            assert!(third.carried);
             assert_eq!(ints(&third.offsets), plus(2));
             assert_eq!(ints(third.lens()), plus(3));
             assert_eq!(
@@ -1121,11 +1116,11 @@ mod tests {
         // A row that did not move (it waited), or another row count: host values.
         let first = DecodeStep::new(shape, 2, vec![5, 8]);
         let waited = DecodeStep::next(shape, 2, vec![6, 8], Some(&first));
-        assert!(!waited.carried());
+        assert!(!waited.carried);
         assert_eq!(ints(&waited.offsets), [6, 8]);
         assert_eq!(ints(waited.lens()), [7, 9]);
         let joined = DecodeStep::next(shape, 2, vec![6, 9, 0], Some(&first));
-        assert!(!joined.carried());
+        assert!(!joined.carried);
         assert_eq!(ints(&joined.offsets), [6, 9, 0]);
         assert_eq!(ints(&joined.row_index), [0, 1, 2]);
     }
