@@ -33,6 +33,10 @@
 #      Nsight Compute (memory metrics, bench/cuda/ncu_gemv.py);
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
+#   or: bash bench/cuda/h200.sh sanitize  (compute-sanitizer memcheck over
+#      decode-bench, prefill-bench and a server; H200_SANITIZE models)
+#   or: bash bench/cuda/h200.sh pressure  (another process fills the GPU
+#      while a server idles: the memory guard against none)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
 #      kernel lists, Hearth vs mlx-lm; env PROFILE_VARIANTS="name:ENV=V,..  ...")
 # Results land in $OUT (Markdown + logs; raw.tar holds the bench JSON, step
@@ -297,6 +301,12 @@ EOF
       for _ in $(seq 1 180); do curl -sf localhost:$port/v1/models >/dev/null && break; sleep 1; done
     done
     curl -s localhost:8000/v1/models; echo
+    # Each Hearth server's health: device, KV budget (on CUDA the lesser of
+    # host and GPU free memory, other processes counted) and memory use.
+    for port in "${ports[@]}"; do
+      [[ $port == 8081 ]] || { echo "health :$port $(curl -s localhost:$port/health)"; }
+    done
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
     stamp "$name: servers up"
     # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
     # NB: a bare `wait` would also wait for the `tee` process substitution
@@ -423,6 +433,135 @@ profile)
       stamp "$name: ncu mlx_lm $n tokens"
     done
     xz -f "$OUT"/ncu-$name-*.csv || true
+  done
+  ;;
+sanitize)
+  # compute-sanitizer's memcheck over every kernel Hearth launches, on small
+  # checkpoints of the real layer shapes (H200_SANITIZE: "name:arch:shape[:tok];..."):
+  # decode-bench with the carried and host-written step inputs, prefill-bench,
+  # then a server (MLX's buffer cache off, so a read past a buffer is past its
+  # allocation) under a sweep and a long prompt prefilling beside short ones.
+  # One log per run: $OUT/sanitize.log, summaries grepped into it.
+  exec > >(tee "$OUT/sanitize.log") 2>&1
+  setup
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer | head -1)
+  "$SAN" --version | tail -1
+  san() {  # label, command...
+    local label=$1; shift
+    timeout "${H200_SAN_TIMEOUT:-240}" "$SAN" --tool memcheck --leak-check no --print-limit 20 \
+      --log-file "/tmp/san-$label.log" "$@" > "/tmp/san-$label.out" 2>&1 || echo "$label: exit $?"
+    echo "== $label: $(grep -h "ERROR SUMMARY" "/tmp/san-$label.log" | tail -1)"
+    grep -h -m 40 -E "^=+ +(Invalid|Address|Program hit|Saved host|Host Frame|Error|.*is out of bounds|.*misaligned)" \
+      "/tmp/san-$label.log" | head -40 || true
+    tail -n 4 "/tmp/san-$label.out"
+  }
+  IFS=';' read -ra specs <<< "${H200_SANITIZE:-msan:qwen3_5_moe:qwen3.5-35b-a3b,layers=4:/tmp/tok35;dsan:qwen3:qwen3-8b,layers=2}"
+  for spec in "${specs[@]}"; do
+    IFS=':' read -r name arch shape tokdir <<< "$spec"
+    tokdir=${tokdir:-/tmp/tok}
+    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
+        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name" > /dev/null
+    stamp "$name: dummy model written"
+    san "$name-decode" $H dev decode-bench --model "/tmp/$name" --rows 1,3,16 --steps 3 --rounds 1 \
+      --graph carry,nocarry
+    stamp "$name: decode-bench checked"
+    san "$name-prefill" $H dev prefill-bench --model "/tmp/$name" --prompts 5 --tokens 136 --rounds 1
+    stamp "$name: prefill-bench checked"
+    "$SAN" --tool memcheck --leak-check no --print-limit 20 --log-file "/tmp/san-$name-serve.log" \
+      $H serve --model "/tmp/$name" --port 8010 --max-running 16 --mlx-cache-mb 0 \
+      > "/tmp/san-$name-serve.out" 2>&1 &
+    spid=$!
+    for _ in $(seq 1 240); do curl -sf localhost:8010/health >/dev/null && break; sleep 1; done
+    stamp "$name: server up under memcheck"
+    timeout "${H200_SAN_TIMEOUT:-240}" $H bench --url http://127.0.0.1:8010 --scenarios sweep,interference \
+      --concurrency 4,16 --sweep-prompt-tokens 128 --sweep-max-tokens 24 --long-prompt-tokens 1500 \
+      --repeats 1 --warmup 0 --tokenizer "$tokdir/tokenizer.json" > "/tmp/san-$name-bench.txt" 2>&1 \
+      || echo "bench exit $?"
+    grep -E "failed|error" -i "/tmp/san-$name-bench.txt" | head -5 || true
+    curl -s localhost:8010/health; echo
+    pkill -TERM -f "^/tmp/hearth serve --model /tmp/$name" || true
+    wait $spid || echo "serve under memcheck: exit $?"
+    echo "== $name-serve: $(grep -h "ERROR SUMMARY" "/tmp/san-$name-serve.log" | tail -1)"
+    grep -h -m 40 -E "^=+ +(Invalid|Address|Program hit|Error|.*is out of bounds|.*misaligned)" \
+      "/tmp/san-$name-serve.log" | head -40 || true
+    tail -n 4 "/tmp/san-$name-serve.out"
+    stamp "$name: server checked"
+  done
+  mkdir -p /tmp/sanraw && cp /tmp/san-* /tmp/sanraw/ && tar -cJf "$OUT/sanitize-raw.tar.xz" -C /tmp/sanraw . || true
+  ;;
+pressure)
+  # Another process takes the GPU's memory while a server idles with its
+  # buffers cached (docs/scheduler.md, "Sharing a GPU"): per variant
+  # (H200_PRESSURE_VARIANTS="name:serve args;..."), a burst of long prompts
+  # fills MLX's cache, a PyTorch process then takes all but
+  # H200_PRESSURE_LEFT_MB of the free memory, and a burst of longer prompts
+  # follows; then the hog exits and one more request shows whether the
+  # server still works. Statuses, /health and the GPU counters per phase.
+  exec > >(tee "$OUT/pressure.log") 2>&1
+  setup
+  name=pdense
+  $H dev dummy-model --arch qwen3 --shape "${H200_PRESSURE_SHAPE:-qwen3-8b}" --dtype bf16 --seed 1 \
+      --tokenizer /tmp/tok/tokenizer.json --out /tmp/$name > /dev/null
+  stamp "dummy model written"
+  burst() {  # port, streams, prompt words, label
+    python3 - "$@" <<'PY'
+import json, sys, threading, urllib.request, urllib.error
+port, n, words, label = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+out = []
+def one(i):
+    body = json.dumps({"model": "default", "prompt": f"{i} " + "lorem ipsum " * (words // 2),
+                       "max_tokens": 32, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            u = json.load(r)["usage"]
+            out.append(f"200 ({u['prompt_tokens']}+{u['completion_tokens']})")
+    except urllib.error.HTTPError as e:
+        err = json.load(e).get("error", {})
+        out.append(f"{e.code} {err.get('code')}: {err.get('message', '')[:160]}")
+    except Exception as e:
+        out.append(f"error {type(e).__name__}: {e}"[:200])
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+[t.start() for t in ts]; [t.join() for t in ts]
+from collections import Counter
+print(f"{label}: " + "; ".join(f"{c} x {s}" for s, c in Counter(out).most_common()))
+PY
+  }
+  gpu() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; }
+  IFS=';' read -ra pvariants <<< "${H200_PRESSURE_VARIANTS:-guard:;noguard:--gpu-reserve-mb 0}"
+  for pv in "${pvariants[@]}"; do
+    IFS=':' read -r vname vargs <<< "$pv"
+    # shellcheck disable=SC2086  # vargs is a word list
+    $H serve --model /tmp/$name --port 8000 --max-running 16 $vargs > /tmp/pressure-$vname.log 2>&1 &
+    spid=$!
+    for _ in $(seq 1 240); do curl -sf localhost:8000/v1/models >/dev/null && break; sleep 1; done
+    stamp "$vname: server up ($(gpu))"
+    burst 8000 16 "${H200_PRESSURE_WORDS1:-1500}" "$vname burst 1 (cache fills)"
+    echo "health: $(curl -s localhost:8000/health)"
+    stamp "$vname: idle with its cache ($(gpu))"
+    python3 - "${H200_PRESSURE_LEFT_MB:-600}" <<'PY' &
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+take = max(0, free - int(sys.argv[1]) * (1 << 20))
+hog = torch.empty(take, dtype=torch.uint8, device="cuda")
+print(f"hog: took {take >> 20} MiB of {free >> 20} MiB free", flush=True)
+open("/tmp/hog.ready", "w").close()
+time.sleep(600)
+PY
+    hog=$!
+    for _ in $(seq 1 60); do [[ -f /tmp/hog.ready ]] && break; sleep 0.5; done
+    stamp "$vname: hog holds the rest ($(gpu))"
+    burst 8000 16 "${H200_PRESSURE_WORDS2:-3000}" "$vname burst 2 (GPU full)"
+    echo "health: $(curl -s localhost:8000/health)"
+    curl -s localhost:8000/metrics | grep -E "^hearth_(gpu_memory|device_lost|cache_releases)"
+    kill $hog; wait $hog 2>/dev/null; rm -f /tmp/hog.ready
+    stamp "$vname: hog gone ($(gpu))"
+    burst 8000 4 "${H200_PRESSURE_WORDS2:-3000}" "$vname burst 3 (memory back)"
+    echo "health: $(curl -s localhost:8000/health)"
+    kill $spid 2>/dev/null; wait $spid 2>/dev/null || echo "server exit $?"
+    grep -a -E "WARN|ERROR|terminate|what\(\)" /tmp/pressure-$vname.log | cut -c1-400 | head -12
+    stamp "$vname: done"
   done
   ;;
 diag)

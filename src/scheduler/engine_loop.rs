@@ -23,9 +23,10 @@ use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
+    memory_guard::MemoryGuard,
     prefix_cache::{self, PrefixCache, Snapshot},
     trace::{StepStats, StepTrace},
-    Command, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
+    Command, Failure, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
     SchedulerHandle, Shared, Submission, GATHER_ROUNDS,
 };
 use crate::engine::sampling::{PendingBatch, Sampled, Sampler};
@@ -299,6 +300,8 @@ struct EngineLoop {
     cache_held: bool,
     /// Where the current step's time goes, for the trace.
     phases: Phases,
+    /// Keeps device memory free for other processes (CUDA).
+    guard: MemoryGuard,
 }
 
 /// Host time of a step's parts (each ends in a device sync or a launch, so
@@ -330,7 +333,6 @@ impl EngineLoop {
         let engine = EngineLoop {
             model,
             info,
-            config,
             kv_budget,
             metrics,
             kv,
@@ -347,6 +349,8 @@ impl EngineLoop {
             stop_requested: false,
             cache_held: false,
             phases: Phases::default(),
+            guard: MemoryGuard::new(config.device_reserve_bytes, config.device_free_memory),
+            config,
         };
         engine.publish_prefix();
         engine
@@ -376,6 +380,9 @@ impl EngineLoop {
             }
             self.drop_cancelled();
             self.admit();
+            if !self.running.is_empty() && self.guard.due(Instant::now()) {
+                self.device_room(0);
+            }
             if !self.running.is_empty() {
                 if let Some(trace) = &mut self.trace {
                     trace.begin();
@@ -564,6 +571,17 @@ impl EngineLoop {
                 + target.rows * self.info.state_bytes_per_sequence;
             if bytes > self.kv_budget && !self.running.is_empty() {
                 break; // wait for running sequences to finish
+            }
+            // Growing the KV buffers allocates the new ones beside the old.
+            let need = if target == self.shape { 0 } else { bytes };
+            if !self.device_room(need) {
+                if !self.running.is_empty() {
+                    break; // running sequences will free theirs
+                }
+                if let Some(sub) = self.waiting.pop_front() {
+                    self.refuse_for_memory(&sub, need);
+                }
+                continue;
             }
             let Some(sub) = self.waiting.pop_front() else {
                 break;
@@ -1050,7 +1068,10 @@ impl EngineLoop {
         self.last_step = None;
         self.fed_index = None;
         for seq in self.running.drain(..) {
-            let _ = seq.sub.events.send(JobEvent::Failed(message.to_string()));
+            let _ = seq
+                .sub
+                .events
+                .send(JobEvent::Failed(Failure::engine(message)));
             self.rows.release(seq.row);
             self.metrics.record_finished(false);
         }
@@ -1059,14 +1080,59 @@ impl EngineLoop {
 
     fn cancel_everything(&mut self) {
         for sub in self.waiting.drain(..) {
-            let _ = sub
-                .events
-                .send(JobEvent::Failed("the server is shutting down".into()));
+            let _ = sub.events.send(JobEvent::Failed(Failure::engine(
+                "the server is shutting down",
+            )));
             self.metrics.record_dequeued();
         }
         while !self.running.is_empty() {
             self.finish(self.running.len() - 1, FinishReason::Cancelled);
         }
+    }
+
+    /// Whether `need` more bytes fit on the device with the reserve to
+    /// spare (see [`MemoryGuard`]), returning MLX's cached buffers first
+    /// if that makes room, or if there is none (others may need them). True
+    /// where the free memory is unknown.
+    fn device_room(&mut self, need: usize) -> bool {
+        let cached = if self.cache_held {
+            mlx_rs::memory::cache_memory().unwrap_or(0)
+        } else {
+            0
+        };
+        let Some((plan, free)) = self.guard.look(need, cached) else {
+            return true;
+        };
+        if plan.release_cache {
+            let (free_mib, cached_mib, need_mib) = (free >> 20, cached >> 20, need >> 20);
+            let reserve_mib = self.guard.reserve() >> 20;
+            let message = "GPU memory low: returning MLX's cached buffers to the device";
+            if self.guard.warn_now() {
+                tracing::warn!(free_mib, cached_mib, need_mib, reserve_mib, "{message}");
+            } else {
+                tracing::debug!(free_mib, cached_mib, need_mib, reserve_mib, "{message}");
+            }
+            self.release_cache();
+            self.metrics.record_pressure_release();
+        }
+        plan.fits
+    }
+
+    /// Answers a job the device has no memory for while nothing else runs
+    /// (503: other processes hold the memory; the client may retry).
+    fn refuse_for_memory(&mut self, sub: &Submission, need: usize) {
+        let free = (self.config.device_free_memory)().unwrap_or(0);
+        let detail = format!(
+            "{} MiB free, {} MiB needed for its KV cache plus {} MiB kept free",
+            free >> 20,
+            need >> 20,
+            self.guard.reserve() >> 20
+        );
+        tracing::warn!(id = sub.id, detail, "request refused: GPU memory");
+        self.metrics.record_memory_refusal();
+        let _ = sub
+            .events
+            .send(JobEvent::Failed(Failure::device_memory(detail)));
     }
 
     /// Frees the KV buffers and returns MLX's cached allocations to the

@@ -77,6 +77,8 @@ pub struct Metrics {
     steps_total: AtomicU64,
     prefill_passes: AtomicU64,
     cache_releases: AtomicU64,
+    memory_releases: AtomicU64,
+    memory_refusals: AtomicU64,
     prefix_hits: AtomicU64,
     prefix_misses: AtomicU64,
     prefix_reused_tokens: AtomicU64,
@@ -109,6 +111,13 @@ pub struct SchedulerStatus {
     /// Times an idle engine returned MLX's cached buffers to the device
     /// (after `idle_release`, docs/scheduler.md).
     pub cache_releases: u64,
+    /// Times the engine returned MLX's cached buffers to the device because
+    /// the GPU's free memory fell below the reserve (docs/scheduler.md,
+    /// "Sharing a GPU").
+    pub gpu_memory_releases: u64,
+    /// Requests answered 503 because the GPU had too little free memory
+    /// for them while nothing else ran.
+    pub gpu_memory_refusals: u64,
     pub prefix_cache: PrefixCacheStatus,
     /// The error that made the device unusable (a lost CUDA context): every
     /// request fails until the server restarts. `None` while it works.
@@ -187,6 +196,17 @@ impl Metrics {
         self.cache_releases.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn record_pressure_release(&self) {
+        self.memory_releases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A job left the queue refused for want of GPU memory.
+    pub(crate) fn record_memory_refusal(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.requests_finished.fetch_add(1, Ordering::Relaxed);
+        self.memory_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_kv(&self, used: usize, allocated: usize) {
         self.kv_bytes_used.store(used, Ordering::Relaxed);
         self.kv_bytes_allocated.store(allocated, Ordering::Relaxed);
@@ -230,6 +250,8 @@ impl Metrics {
             kv_bytes_allocated: self.kv_bytes_allocated.load(Ordering::Relaxed),
             kv_bytes_budget: kv_budget,
             cache_releases: self.cache_releases.load(Ordering::Relaxed),
+            gpu_memory_releases: self.memory_releases.load(Ordering::Relaxed),
+            gpu_memory_refusals: self.memory_refusals.load(Ordering::Relaxed),
             prefix_cache: PrefixCacheStatus {
                 hits: self.prefix_hits.load(Ordering::Relaxed),
                 misses: self.prefix_misses.load(Ordering::Relaxed),
@@ -313,6 +335,18 @@ impl Metrics {
             "counter",
             "Times the idle engine returned its cached buffers to the device.",
             c(&self.cache_releases),
+        );
+        line(
+            "hearth_gpu_memory_releases_total",
+            "counter",
+            "Times the engine returned its cached buffers because the GPU's free memory fell below the reserve.",
+            c(&self.memory_releases),
+        );
+        line(
+            "hearth_gpu_memory_refusals_total",
+            "counter",
+            "Requests answered 503 because the GPU had too little free memory for them.",
+            c(&self.memory_refusals),
         );
         line(
             "hearth_queue_depth",

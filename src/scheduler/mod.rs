@@ -15,6 +15,7 @@
 
 mod batch;
 mod engine_loop;
+mod memory_guard;
 pub mod metrics;
 mod prefix_cache;
 mod trace;
@@ -95,7 +96,21 @@ pub struct SchedulerConfig {
     /// memory), more than the recommended working set on a Mac, 32 MiB on a
     /// CPU (docs/scheduler.md, "Idle memory").
     pub mlx_cache_bytes: Option<usize>,
+    /// Bytes of GPU memory the engine keeps free, counting other processes
+    /// (MLX's CUDA backend; 0 = off): short of it MLX's cached buffers go
+    /// back to the device, and a request that would grow the KV buffers
+    /// waits for running ones, or with nothing running is refused with a
+    /// 503 (docs/scheduler.md, "Sharing a GPU"). Default 1 GiB;
+    /// `HEARTH_GPU_RESERVE_MB` overrides it.
+    pub device_reserve_bytes: usize,
+    /// The device's free memory in bytes, `None` where unknown (CPU,
+    /// Metal: the reserve then does nothing). The CUDA driver's count by
+    /// default; a field so that tests can stand in for a GPU.
+    pub device_free_memory: fn() -> Option<usize>,
 }
+
+/// GPU memory the engine keeps free by default.
+pub const DEFAULT_DEVICE_RESERVE: usize = 1 << 30;
 
 /// A setting in seconds as a duration: `None` unless finite and `>= 0`;
 /// at most a day.
@@ -175,6 +190,11 @@ impl Default for SchedulerConfig {
                 .and_then(seconds)
                 .unwrap_or(DEFAULT_IDLE_RELEASE),
             mlx_cache_bytes: None,
+            device_reserve_bytes: env_number("HEARTH_GPU_RESERVE_MB")
+                .map_or(DEFAULT_DEVICE_RESERVE, |mb| {
+                    (mb * (1 << 20) as f64) as usize
+                }),
+            device_free_memory: crate::device::cuda_free_memory,
         }
     }
 }
@@ -211,7 +231,42 @@ pub struct JobSummary {
 pub enum JobEvent {
     Token(Sampled),
     Finished(JobSummary),
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a job ended without finishing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub message: String,
+    pub kind: FailureKind,
+}
+
+/// What kind of failure ended a job (the HTTP status it maps to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The engine failed: a bug or a device error (500).
+    Engine,
+    /// Nothing else ran and the device still had too little free memory
+    /// for the job: other processes hold it (503, worth retrying;
+    /// docs/scheduler.md, "Sharing a GPU").
+    DeviceMemory,
+}
+
+impl Failure {
+    pub fn engine(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            kind: FailureKind::Engine,
+        }
+    }
+
+    pub fn device_memory(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            kind: FailureKind::DeviceMemory,
+        }
+    }
 }
 
 /// Why a job was not accepted.
@@ -428,11 +483,8 @@ impl SchedulerHandle {
 mod tests {
     use super::*;
 
-    /// Once an engine error has lost the device (a CUDA context), a new job
-    /// is refused at once with that error, and the status says so; before,
-    /// the same job runs.
-    #[test]
-    fn a_lost_device_refuses_new_jobs() {
+    /// A tiny dummy checkpoint (qwen3 shape `tiny`, f32) in a temp dir.
+    fn tiny_model(seed: u64) -> tempfile::TempDir {
         use crate::tools::dummy::{write_dummy_model, DummyShape, DummySpec};
         let dir = tempfile::tempdir().expect("temp dir");
         let fixtures = std::env::var_os("HEARTH_FIXTURES")
@@ -443,36 +495,105 @@ mod tests {
             shape: DummyShape::parse("tiny").expect("shape"),
             tokenizer: fixtures.join("qwen3-tokenizer/tokenizer.json"),
             dtype: mlx_rs::Dtype::Float32,
-            seed: 3,
+            seed,
         };
         write_dummy_model(&spec, dir.path()).expect("dummy model");
-        let scheduler =
-            SchedulerHandle::start(dir.path().to_path_buf(), SchedulerConfig::default())
-                .expect("start");
-        let job = || Job {
+        dir
+    }
+
+    fn short_job() -> Job {
+        Job {
             prompt_tokens: vec![5, 6, 7],
             max_tokens: 2,
             sampling: Default::default(),
             stop_at_eos: false,
-        };
-        let mut ran = scheduler
-            .submit(job())
-            .expect("a working device takes jobs");
-        while let Some(event) = ran.events.blocking_recv() {
+        }
+    }
+
+    /// Runs a job to its end: `Ok(tokens)` or the failure.
+    fn run_job(scheduler: &SchedulerHandle) -> std::result::Result<usize, Failure> {
+        let mut handle = scheduler.submit(short_job()).expect("submitted");
+        while let Some(event) = handle.events.blocking_recv() {
             match event {
-                JobEvent::Finished(summary) => {
-                    assert_eq!(summary.completion_tokens, 2);
-                    break;
-                }
-                JobEvent::Failed(e) => panic!("{e}"),
-                _ => {}
+                JobEvent::Finished(summary) => return Ok(summary.completion_tokens),
+                JobEvent::Failed(f) => return Err(f),
+                JobEvent::Token(_) => {}
             }
         }
+        panic!("the job's events ended without a result");
+    }
+
+    /// The free GPU memory the stand-in device reports.
+    static FREE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+    /// With a stand-in GPU whose free memory is below the reserve, a request
+    /// that arrives while nothing runs is refused as `DeviceMemory` (a 503
+    /// in the API) and counted; once memory is free again the next one runs:
+    /// the server itself is unharmed. With the reserve at 0 the guard is off.
+    #[test]
+    fn a_gpu_without_free_memory_refuses_requests_instead_of_failing_steps() {
+        let dir = tiny_model(4);
+        let config = SchedulerConfig {
+            device_reserve_bytes: 64 << 20,
+            device_free_memory: || Some(FREE.load(Ordering::Relaxed)),
+            ..SchedulerConfig::default()
+        };
+        let scheduler = SchedulerHandle::start(dir.path().to_path_buf(), config).expect("start");
+        FREE.store(usize::MAX, Ordering::Relaxed);
+        assert_eq!(run_job(&scheduler), Ok(2));
+        FREE.store(1 << 20, Ordering::Relaxed);
+        let refused = run_job(&scheduler).expect_err("no room on the device");
+        assert_eq!(refused.kind, FailureKind::DeviceMemory);
+        assert!(
+            refused.message.contains("1 MiB free"),
+            "{}",
+            refused.message
+        );
+        assert!(
+            refused.message.contains("64 MiB kept free"),
+            "{}",
+            refused.message
+        );
+        let status = scheduler.status();
+        assert_eq!(
+            (status.gpu_memory_refusals, status.queued, status.running),
+            (1, 0, 0)
+        );
+        let text = scheduler.metrics().render_prometheus(0);
+        assert!(
+            text.contains("\nhearth_gpu_memory_refusals_total 1\n"),
+            "{text}"
+        );
+        FREE.store(usize::MAX, Ordering::Relaxed);
+        assert_eq!(run_job(&scheduler), Ok(2));
+        scheduler.shutdown(Duration::from_secs(1));
+
+        let off = SchedulerConfig {
+            device_reserve_bytes: 0,
+            device_free_memory: || Some(0),
+            ..SchedulerConfig::default()
+        };
+        let scheduler = SchedulerHandle::start(dir.path().to_path_buf(), off).expect("start");
+        assert_eq!(run_job(&scheduler), Ok(2));
+        assert_eq!(scheduler.status().gpu_memory_refusals, 0);
+        scheduler.shutdown(Duration::from_secs(1));
+    }
+
+    /// Once an engine error has lost the device (a CUDA context), a new job
+    /// is refused at once with that error, and the status says so; before,
+    /// the same job runs.
+    #[test]
+    fn a_lost_device_refuses_new_jobs() {
+        let dir = tiny_model(3);
+        let scheduler =
+            SchedulerHandle::start(dir.path().to_path_buf(), SchedulerConfig::default())
+                .expect("start");
+        assert_eq!(run_job(&scheduler), Ok(2), "a working device takes jobs");
         assert_eq!(scheduler.status().device_lost, None);
         let lost = "an illegal memory access was encountered";
         scheduler.metrics().record_device_lost(lost);
         scheduler.metrics().record_device_lost("a later error");
-        match scheduler.submit(job()) {
+        match scheduler.submit(short_job()) {
             Err(SubmitError::DeviceLost(e)) => assert_eq!(e, lost),
             other => panic!("want DeviceLost, got {other:?}"),
         }

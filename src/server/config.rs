@@ -87,6 +87,10 @@ pub struct ServerSettings {
     /// MLX's own limit (docs/scheduler.md, "Idle memory").
     #[serde(alias = "mlx-cache-mb")]
     pub mlx_cache_mb: Option<usize>,
+    /// MiB of GPU memory kept free, other processes counted; 0 = off
+    /// (docs/scheduler.md, "Sharing a GPU").
+    #[serde(alias = "gpu-reserve-mb")]
+    pub gpu_reserve_mb: usize,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -136,6 +140,7 @@ impl Default for ServerSettings {
             idle_release_seconds: scheduler.idle_release.as_secs_f64(),
             prefix_cache_mb: None,
             mlx_cache_mb: None,
+            gpu_reserve_mb: scheduler.device_reserve_bytes >> 20,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -342,6 +347,8 @@ impl ServerSettings {
                 .unwrap_or(crate::scheduler::DEFAULT_IDLE_RELEASE),
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             mlx_cache_bytes: self.mlx_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
+            device_reserve_bytes: self.gpu_reserve_mb.saturating_mul(1 << 20),
+            ..SchedulerConfig::default()
         }
     }
 

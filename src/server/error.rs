@@ -17,6 +17,9 @@ use serde::Serialize;
 
 use crate::scheduler::SubmitError;
 
+/// When to retry a request refused for want of GPU memory.
+const DEVICE_MEMORY_RETRY: Duration = Duration::from_secs(5);
+
 /// One error response.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{status}: {message}")]
@@ -140,6 +143,22 @@ impl ApiError {
             ),
         );
         e.code = Some("device_lost");
+        e
+    }
+
+    /// 503: the GPU had too little free memory for the request while
+    /// nothing else ran on this server (other processes hold it).
+    pub fn device_memory(detail: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!(
+                "The GPU has too little free memory for this request right now ({detail}). \
+                 Other processes are using it; retry later, or free GPU memory."
+            ),
+        );
+        e.code = Some("insufficient_device_memory");
+        e.retry_after = Some(DEVICE_MEMORY_RETRY);
         e
     }
 
@@ -279,6 +298,16 @@ mod tests {
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(e.code, Some("device_lost"));
         assert!(e.message.contains("illegal memory access") && e.message.contains("restarted"));
+    }
+
+    #[test]
+    fn no_gpu_memory_is_503_with_retry_after() {
+        let e = ApiError::device_memory("100 MiB free, 300 MiB needed");
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code, Some("insufficient_device_memory"));
+        assert!(e.message.contains("100 MiB free"), "{}", e.message);
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
     }
 
     #[test]

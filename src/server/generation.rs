@@ -30,7 +30,7 @@ use crate::{
         sampling::Sampled,
         text::TextStream,
     },
-    scheduler::{FinishReason, JobEvent, JobHandle, JobSummary},
+    scheduler::{Failure, FailureKind, FinishReason, JobEvent, JobHandle, JobSummary},
 };
 
 /// How a choice ended, in OpenAI's words.
@@ -66,13 +66,18 @@ impl ChoiceEnd {
     }
 }
 
-/// The error for a `JobEvent::Failed`: the engine failed (500), or it
-/// stopped because the server is shutting down (503).
-pub fn failure(message: &str, shutting_down: bool) -> ApiError {
+/// The error for a `JobEvent::Failed`: the engine failed (500), the
+/// device had no memory to spare for the job (503), or it stopped because
+/// the server is shutting down (503).
+pub fn failure(failure: &Failure, shutting_down: bool) -> ApiError {
+    let message = &failure.message;
     if shutting_down {
-        ApiError::shutting_down().with_message(format!("The server is shutting down: {message}."))
-    } else {
-        ApiError::internal(format!("generation failed: {message}"))
+        return ApiError::shutting_down()
+            .with_message(format!("The server is shutting down: {message}."));
+    }
+    match failure.kind {
+        FailureKind::Engine => ApiError::internal(format!("generation failed: {message}")),
+        FailureKind::DeviceMemory => ApiError::device_memory(message),
     }
 }
 
@@ -355,7 +360,9 @@ pub async fn next_event(
                     handles[i] = None;
                     return Poll::Ready(Some((
                         i,
-                        JobEvent::Failed("the engine stopped before finishing this request".into()),
+                        JobEvent::Failed(Failure::engine(
+                            "the engine stopped before finishing this request",
+                        )),
                     )));
                 }
                 Poll::Pending => {}
@@ -434,6 +441,28 @@ pub fn finite_logprob(value: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_map_to_their_statuses() {
+        use axum::http::StatusCode;
+        let engine = Failure::engine("engine error: boom");
+        assert_eq!(
+            failure(&engine, false).status,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        let memory = Failure::device_memory("1 MiB free");
+        let e = failure(&memory, false);
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("insufficient_device_memory")
+            )
+        );
+        // Draining wins over either.
+        assert_eq!(failure(&engine, true).code, Some("shutting_down"));
+        assert_eq!(failure(&memory, true).code, Some("shutting_down"));
+    }
 
     #[test]
     fn byte_level_alphabet_round_trips() {

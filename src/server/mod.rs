@@ -360,6 +360,11 @@ pub struct ServeArgs {
     /// processes share the GPU [default: MLX's own limit, about all of a GPU's memory] (docs/scheduler.md).
     #[arg(long)]
     pub mlx_cache_mb: Option<usize>,
+    /// MiB of GPU memory to keep free, other processes' use counted: short of it the server returns
+    /// its cached buffers, holds back requests that would grow the KV cache, and with nothing
+    /// running answers them 503; 0 turns it off. CUDA only [default: 1024] (docs/scheduler.md).
+    #[arg(long)]
+    pub gpu_reserve_mb: Option<usize>,
     /// Largest request body in bytes; larger ones get 413 [default: 16 MiB].
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
@@ -444,6 +449,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.mlx_cache_mb {
             s.mlx_cache_mb = Some(v);
+        }
+        if let Some(v) = self.gpu_reserve_mb {
+            s.gpu_reserve_mb = v;
         }
         if let Some(v) = self.max_body_bytes {
             s.max_body_bytes = v;
