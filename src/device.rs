@@ -195,11 +195,27 @@ pub fn cuda_free_memory() -> Option<usize> {
     (rc == 0 && total > 0).then_some(free)
 }
 
+/// How MLX 0.32.2 reports a CUDA error still pending in the calling thread
+/// when it waits for the GPU (`Event::wait` peeks at the runtime's last
+/// error and throws). A failed `cudaMallocAsync` (out of memory) leaves its
+/// error pending, and MLX clears pending errors only when a command buffer
+/// fails to commit: from then on every step of the engine thread fails with
+/// it, even once memory is free again (bench/results/h100-2026-12-06-s28.md,
+/// "pressure").
+const CUDA_PENDING_ERROR: &str = "cudaPeekAtLastError() failed";
+
 /// Whether an engine error means the process's CUDA context is lost (one
 /// of [`CUDA_STICKY_ERRORS`]): nothing on the GPU will work again until the
 /// server restarts.
 pub fn context_lost(message: &str) -> bool {
     CUDA_STICKY_ERRORS.iter().any(|e| message.contains(e))
+}
+
+/// Whether after this engine error the engine cannot run a step again
+/// until the server restarts: a lost CUDA context, or a CUDA error MLX
+/// leaves pending for good ([`CUDA_PENDING_ERROR`]).
+pub fn device_unusable(message: &str) -> bool {
+    context_lost(message) || message.contains(CUDA_PENDING_ERROR)
 }
 
 /// What an operator should do about an engine error, where Hearth knows.
@@ -210,6 +226,14 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
              this process and now fails every new one: restart the server, and leave \
              MLX_USE_CUDA_GRAPHS and MLX_CUDA_USE_CUDNN_SDPA unset (Hearth's defaults, both off) \
              or raise the cache size the message names (docs/cuda.md)",
+        );
+    }
+    if message.contains(CUDA_PENDING_ERROR) && !context_lost(message) {
+        return Some(
+            "an earlier CUDA error (usually the GPU running out of memory) is still pending in \
+             the engine thread, and MLX 0.32.2 never clears it: every later request will fail \
+             the same way; restart the server, and leave --gpu-reserve-mb on so that it does not \
+             run out again (docs/scheduler.md, \"Sharing a GPU\")",
         );
     }
     if context_lost(message) {
@@ -599,6 +623,18 @@ mod tests {
         assert!(super::context_lost(lost));
         assert!(!super::context_lost(oom));
         assert!(!super::context_lost("the prompt is empty"));
+        // The out-of-memory error MLX then reports at every wait (seen on an
+        // H100 after another process took the memory): unusable, restart.
+        let pending =
+            "cudaPeekAtLastError() failed: out of memory at mlx-c/mlx/c/transforms.cpp:15";
+        assert!(super::device_unusable(pending) && !super::context_lost(pending));
+        let hint = super::engine_error_hint(pending).unwrap();
+        assert!(
+            hint.contains("pending") && hint.contains("restart"),
+            "{hint}"
+        );
+        assert!(super::device_unusable(lost));
+        assert!(!super::device_unusable(oom));
     }
 
     use super::*;

@@ -462,11 +462,17 @@ sanitize)
     $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
         --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name" > /dev/null
     stamp "$name: dummy model written"
-    san "$name-decode" $H dev decode-bench --model "/tmp/$name" --rows 1,3,16 --steps 3 --rounds 1 \
-      --graph carry,nocarry
-    stamp "$name: decode-bench checked"
-    san "$name-prefill" $H dev prefill-bench --model "/tmp/$name" --prompts 5 --tokens 136 --rounds 1
-    stamp "$name: prefill-bench checked"
+    parts=",${H200_SAN_PARTS:-decode,prefill,serve},"
+    if [[ $parts == *,decode,* ]]; then
+      san "$name-decode" $H dev decode-bench --model "/tmp/$name" --rows "${H200_SAN_ROWS:-1,3,16}" \
+        --steps "${H200_SAN_STEPS:-3}" --rounds 1 --graph carry,nocarry
+      stamp "$name: decode-bench checked"
+    fi
+    if [[ $parts == *,prefill,* ]]; then
+      san "$name-prefill" $H dev prefill-bench --model "/tmp/$name" --prompts 5 --tokens 136 --rounds 1
+      stamp "$name: prefill-bench checked"
+    fi
+    [[ $parts == *,serve,* ]] || continue
     "$SAN" --tool memcheck --leak-check no --print-limit 20 --log-file "/tmp/san-$name-serve.log" \
       $H serve --model "/tmp/$name" --port 8010 --max-running 16 --mlx-cache-mb 0 \
       > "/tmp/san-$name-serve.out" 2>&1 &
@@ -488,6 +494,7 @@ sanitize)
     stamp "$name: server checked"
   done
   mkdir -p /tmp/sanraw && cp /tmp/san-* /tmp/sanraw/ && tar -cJf "$OUT/sanitize-raw.tar.xz" -C /tmp/sanraw . || true
+  ls -la /tmp/sanraw
   ;;
 pressure)
   # Another process takes the GPU's memory while a server idles with its
@@ -540,6 +547,7 @@ PY
     burst 8000 16 "${H200_PRESSURE_WORDS1:-1500}" "$vname burst 1 (cache fills)"
     echo "health: $(curl -s localhost:8000/health)"
     stamp "$vname: idle with its cache ($(gpu))"
+    rm -f /tmp/hog.ready
     python3 - "${H200_PRESSURE_LEFT_MB:-600}" <<'PY' &
 import sys, time, torch
 free, total = torch.cuda.mem_get_info()
@@ -555,12 +563,12 @@ PY
     burst 8000 16 "${H200_PRESSURE_WORDS2:-3000}" "$vname burst 2 (GPU full)"
     echo "health: $(curl -s localhost:8000/health)"
     curl -s localhost:8000/metrics | grep -E "^hearth_(gpu_memory|device_lost|cache_releases)"
-    kill $hog; wait $hog 2>/dev/null; rm -f /tmp/hog.ready
+    kill $hog; wait $hog 2>/dev/null || true; rm -f /tmp/hog.ready
     stamp "$vname: hog gone ($(gpu))"
     burst 8000 4 "${H200_PRESSURE_WORDS2:-3000}" "$vname burst 3 (memory back)"
     echo "health: $(curl -s localhost:8000/health)"
     kill $spid 2>/dev/null; wait $spid 2>/dev/null || echo "server exit $?"
-    grep -a -E "WARN|ERROR|terminate|what\(\)" /tmp/pressure-$vname.log | cut -c1-400 | head -12
+    grep -a -E "WARN|ERROR|terminate|what\(\)" /tmp/pressure-$vname.log | cut -c1-400 | head -12 || true
     stamp "$vname: done"
   done
   ;;

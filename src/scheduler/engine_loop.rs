@@ -401,7 +401,7 @@ impl EngineLoop {
                         let message = format!("{e:#}");
                         let hint = crate::device::engine_error_hint(&message);
                         tracing::error!(error = %message, hint, "engine step failed");
-                        if crate::device::context_lost(&message) {
+                        if crate::device::device_unusable(&message) {
                             self.metrics.record_device_lost(&message);
                         }
                         self.fail_all(&format!("engine error: {e}"));
@@ -1112,7 +1112,9 @@ impl EngineLoop {
             } else {
                 tracing::debug!(free_mib, cached_mib, need_mib, reserve_mib, "{message}");
             }
-            self.release_cache();
+            // Not `release_cache`: that counts the idle engine's releases.
+            let _ = mlx_rs::memory::clear_cache();
+            self.cache_held = false;
             self.metrics.record_pressure_release();
         }
         plan.fits
