@@ -87,8 +87,11 @@ prepare)
   [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
       --platform manylinux_2_17_x86_64 -d .whl mlx==0.32.2 mlx-cuda-13==0.32.2 mlx-lm==0.32.2
-  head -c 46000000 .whl/$WHEEL > .device/stash/wheel.part1
-  tail -c +46000001 .whl/$WHEEL > .device/run/wheel.part2
+  # Each call carries the tracked tree too (~15 MB) within 64 MiB: the wheel
+  # is split so that both calls' payloads are ~50 MB (session 28's stash of
+  # 52 MB no longer fit beside the grown tree).
+  head -c 44000000 .whl/$WHEEL > .device/stash/wheel.part1
+  tail -c +44000001 .whl/$WHEEL > .device/run/wheel.part2
   sha256sum .whl/$WHEEL | cut -d' ' -f1 > .device/run/wheel.sha256
   cp .whl/mlx-0.32.2-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
   xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
