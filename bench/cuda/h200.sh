@@ -58,6 +58,16 @@ variant() {
   return 0
 }
 
+# A model spec "name:arch:shape[:tokenizer-dir]" -> $name and $tokdir, and
+# its dummy checkpoint (bf16, seed 1) written to /tmp/$name (after setup).
+dummy_model() {
+  IFS=':' read -r name arch shape tokdir <<< "$1"
+  tokdir=${tokdir:-/tmp/tok}
+  $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
+      --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name"
+  stamp "$name: dummy model written"
+}
+
 # Unpack the CUDA wheel, mlx-lm and the Hearth binary on the device.
 setup() {
   cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
@@ -190,11 +200,7 @@ EOF
   # Models: "name:arch:shape[:tokenizer-dir]" separated by ';' (H200_MODELS).
   IFS=';' read -ra specs <<< "${H200_MODELS:-dense:qwen3:qwen3-8b}"
   for spec in "${specs[@]}"; do
-    IFS=':' read -r name arch shape tokdir <<< "$spec"
-    tokdir=${tokdir:-/tmp/tok}
-    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
-        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name"
-    stamp "$name: dummy model written"
+    dummy_model "$spec"
     if [[ ",${H200_DECODE_MODELS:-dense}," == *",$name,"* ]]; then
       IFS=';' read -ra dvariants <<< "${H200_DECODE_BENCH:-hearth:;noattn:HEARTH_CUDA_ATTN=off}"
       for dv in "${dvariants[@]}"; do
@@ -403,12 +409,8 @@ profile)
   prompt="Explain the difference between a process and a thread in an operating system."
   IFS=';' read -ra specs <<< "${H200_MODELS:-moe:qwen3_5_moe:qwen3.5-35b-a3b,layers=8:/tmp/tok35}"
   for spec in "${specs[@]}"; do
-    IFS=':' read -r name arch shape tokdir <<< "$spec"
-    tokdir=${tokdir:-/tmp/tok}
-    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
-        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name" > /dev/null
+    dummy_model "$spec"
     cp "$tokdir/tokenizer_config.json" "/tmp/$name/" 2>/dev/null || true
-    stamp "$name: dummy model written"
     for rep in 1 2; do
       for v in ${PROFILE_VARIANTS:-hearth:}; do
         variant "$v"
@@ -460,11 +462,7 @@ sanitize)
   }
   IFS=';' read -ra specs <<< "${H200_SANITIZE:-msan:qwen3_5_moe:qwen3.5-35b-a3b,layers=4:/tmp/tok35;dsan:qwen3:qwen3-8b,layers=2}"
   for spec in "${specs[@]}"; do
-    IFS=':' read -r name arch shape tokdir <<< "$spec"
-    tokdir=${tokdir:-/tmp/tok}
-    $H dev dummy-model --arch "$arch" --shape "$shape" --dtype bf16 --seed 1 \
-        --tokenizer "$tokdir/tokenizer.json" --out "/tmp/$name" > /dev/null
-    stamp "$name: dummy model written"
+    dummy_model "$spec"
     parts=",${H200_SAN_PARTS:-decode,prefill,serve},"
     if [[ $parts == *,decode,* ]]; then
       san "$name-decode" $H dev decode-bench --model "/tmp/$name" --rows "${H200_SAN_ROWS:-1,3,16}" \
@@ -509,10 +507,7 @@ pressure)
   # server still works. Statuses, /health and the GPU counters per phase.
   exec > >(tee "$OUT/pressure.log") 2>&1
   setup
-  name=pdense
-  $H dev dummy-model --arch qwen3 --shape "${H200_PRESSURE_SHAPE:-qwen3-8b}" --dtype bf16 --seed 1 \
-      --tokenizer /tmp/tok/tokenizer.json --out /tmp/$name > /dev/null
-  stamp "dummy model written"
+  dummy_model "pdense:qwen3:${H200_PRESSURE_SHAPE:-qwen3-8b}"
   burst() {  # port, streams, prompt words, label
     python3 - "$@" <<'PY'
 import json, sys, threading, urllib.request, urllib.error
