@@ -574,7 +574,7 @@ impl EngineLoop {
             }
             // Growing the KV buffers allocates the new ones beside the old.
             let need = if target == self.shape { 0 } else { bytes };
-            if !self.device_room(need) {
+            if !self.device_room(need) && !self.evict_prefixes_for(need) {
                 if !self.running.is_empty() {
                     break; // running sequences will free theirs
                 }
@@ -1118,6 +1118,19 @@ impl EngineLoop {
             self.metrics.record_pressure_release();
         }
         plan.fits
+    }
+
+    /// When the device is short of memory: drops the prefix cache's entries
+    /// (their buffers go to MLX's cache, which [`Self::device_room`] then
+    /// returns to the device) and looks again. False if there were none.
+    fn evict_prefixes_for(&mut self, need: usize) -> bool {
+        if self.prefix.entry_count() == 0 {
+            return false;
+        }
+        self.prefix.shrink_to(0);
+        self.publish_prefix();
+        self.cache_held = true;
+        self.device_room(need)
     }
 
     /// Answers a job the device has no memory for while nothing else runs

@@ -501,9 +501,10 @@ mod tests {
         dir
     }
 
+    /// A prompt long enough for the prefix cache to keep.
     fn short_job() -> Job {
         Job {
-            prompt_tokens: vec![5, 6, 7],
+            prompt_tokens: (5..5 + prefix_cache::MIN_REUSE_TOKENS as u32 + 4).collect(),
             max_tokens: 2,
             sampling: Default::default(),
             stop_at_eos: false,
@@ -541,8 +542,11 @@ mod tests {
         let scheduler = SchedulerHandle::start(dir.path().to_path_buf(), config).expect("start");
         FREE.store(usize::MAX, Ordering::Relaxed);
         assert_eq!(run_job(&scheduler), Ok(2));
+        assert_eq!(scheduler.status().prefix_cache.entries, 1);
         FREE.store(1 << 20, Ordering::Relaxed);
         let refused = run_job(&scheduler).expect_err("no room on the device");
+        // The prefix cache gave its memory up first.
+        assert_eq!(scheduler.status().prefix_cache.entries, 0);
         assert_eq!(refused.kind, FailureKind::DeviceMemory);
         assert!(
             refused.message.contains("1 MiB free"),
