@@ -228,19 +228,19 @@ pub fn engine_error_hint(message: &str) -> Option<&'static str> {
              or raise the cache size the message names (docs/cuda.md)",
         );
     }
-    if message.contains(CUDA_PENDING_ERROR) && !context_lost(message) {
-        return Some(
-            "an earlier CUDA error (usually the GPU running out of memory) is still pending in \
-             the engine thread, and MLX 0.32.2 never clears it: every later request will fail \
-             the same way; restart the server, and leave --gpu-reserve-mb on so that it does not \
-             run out again (docs/scheduler.md, \"Sharing a GPU\")",
-        );
-    }
     if context_lost(message) {
         return Some(
             "the CUDA context of this process is lost (often after the GPU ran out of memory): \
              every later request will fail the same way; restart the server \
              (docs/scheduler.md, \"Idle memory\")",
+        );
+    }
+    if message.contains(CUDA_PENDING_ERROR) {
+        return Some(
+            "an earlier CUDA error (usually the GPU running out of memory) is still pending in \
+             the engine thread, and MLX 0.32.2 never clears it: every later request will fail \
+             the same way; restart the server, and leave --gpu-reserve-mb on so that it does not \
+             run out again (docs/scheduler.md, \"Sharing a GPU\")",
         );
     }
     (message.contains("cudaMalloc") && message.contains("out of memory")).then_some(

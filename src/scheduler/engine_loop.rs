@@ -1136,7 +1136,7 @@ impl EngineLoop {
     /// Answers a job the device has no memory for while nothing else runs
     /// (503: other processes hold the memory; the client may retry).
     fn refuse_for_memory(&mut self, sub: &Submission, need: usize) {
-        let free = (self.config.device_free_memory)().unwrap_or(0);
+        let free = self.guard.last_free().unwrap_or(0);
         let detail = format!(
             "{} MiB free, {} MiB needed for its KV cache plus {} MiB kept free",
             free >> 20,

@@ -57,6 +57,8 @@ pub struct MemoryGuard {
     reserve: usize,
     probe: fn() -> Option<usize>,
     last_look: Option<Instant>,
+    /// The free bytes the last look read.
+    last_free: Option<usize>,
     last_warning: Option<Instant>,
 }
 
@@ -72,6 +74,7 @@ impl MemoryGuard {
             reserve,
             probe,
             last_look: None,
+            last_free: None,
             last_warning: None,
         }
     }
@@ -96,8 +99,14 @@ impl MemoryGuard {
             return None;
         }
         self.last_look = Some(Instant::now());
-        let free = (self.probe)()?;
+        self.last_free = (self.probe)();
+        let free = self.last_free?;
         Some((plan(free, cached, need, self.reserve), free))
+    }
+
+    /// The free bytes the last [`look`](Self::look) read (for messages).
+    pub fn last_free(&self) -> Option<usize> {
+        self.last_free
     }
 
     /// Whether a look between steps is due ([`LOOK_INTERVAL`] since the last).

@@ -348,7 +348,7 @@ impl ServerSettings {
             prefix_cache_bytes: self.prefix_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             mlx_cache_bytes: self.mlx_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             device_reserve_bytes: self.gpu_reserve_mb.saturating_mul(1 << 20),
-            ..SchedulerConfig::default()
+            device_free_memory: crate::device::cuda_free_memory,
         }
     }
 
