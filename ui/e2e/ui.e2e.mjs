@@ -398,6 +398,49 @@ await step("chat-no-layout-jump", async () => {
   await page.screenshot({ path: join(shots, "900x640-chat-streamed.png") });
 });
 
+await step("theme", async () => {
+  // The toggle cycles auto -> dark -> light -> auto, a choice survives a
+  // reload, "auto" follows the system, and a page that only starts writes
+  // nothing (so it cannot overwrite a choice made in another tab meanwhile).
+  const shown = () => page.evaluate(() => document.documentElement.dataset.theme);
+  const stored = () => page.evaluate(() => localStorage.getItem("hearth.theme"));
+  await page.goto(base + "/");
+  await page.getByTestId("model-name").waitFor();
+  await page.evaluate(() => localStorage.removeItem("hearth.theme"));
+  await page.reload();
+  await page.getByTestId("model-name").waitFor();
+  await page.waitForTimeout(300);
+  assert.equal(await stored(), null, "starting the page wrote a theme");
+  const toggle = page.getByTestId("theme-toggle");
+  assert.equal(await toggle.textContent(), "Theme: auto");
+  for (const scheme of ["dark", "light"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.reload();
+    await page.getByTestId("model-name").waitFor();
+    assert.equal(await shown(), scheme, `auto with a ${scheme} system`);
+  }
+  const showsSoon = (theme) => expectEventually(async () => (await shown()) === theme, `the page to turn ${theme}`, 5_000);
+  await toggle.click();
+  assert.equal(await toggle.textContent(), "Theme: dark");
+  await showsSoon("dark");
+  assert.equal(await stored(), "dark");
+  await page.reload();
+  await page.getByTestId("model-name").waitFor();
+  assert.equal(await toggle.textContent(), "Theme: dark");
+  assert.equal(await shown(), "dark");
+  await toggle.click();
+  await showsSoon("light");
+  assert.equal(await stored(), "light");
+  await toggle.click();
+  assert.equal(await toggle.textContent(), "Theme: auto");
+  assert.equal(await stored(), "auto");
+  await showsSoon("light"); // auto with a light system
+  await page.emulateMedia({ colorScheme: "dark" });
+  await showsSoon("dark"); // auto follows the system while the page is open
+  await page.emulateMedia({ colorScheme: null });
+  await page.evaluate(() => localStorage.removeItem("hearth.theme"));
+});
+
 await step("layout-sizes", async () => {
   // The Tauri window (900x640) and a phone (390x844), dark and light:
   // every page renders its main element without a horizontal scrollbar.
@@ -409,6 +452,7 @@ await step("layout-sizes", async () => {
     models: () => page.getByTestId("models-table").waitFor(),
   };
   await page.goto(base + "/");
+  await ready.status();
   for (const [width, height] of [[900, 640], [390, 844]]) {
     await page.setViewportSize({ width, height });
     for (const theme of ["dark", "light"]) {

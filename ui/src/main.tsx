@@ -11,7 +11,7 @@ import { ChatPage } from "./pages/Chat";
 import { ModelsPage } from "./pages/Models";
 import { applyKey, keyState, loadKey, onKeyState } from "./auth/key";
 import { KeyPrompt } from "./auth/KeyPrompt";
-import { applyTheme, nextTheme, storedTheme } from "./theme";
+import { applyTheme, nextTheme, saveTheme, storedTheme } from "./theme";
 
 const PAGES = [
   { id: "status", label: "Status", view: StatusPage },
@@ -44,7 +44,15 @@ function App() {
       stop();
     };
   }, []);
-  useEffect(() => applyTheme(theme), [theme]);
+  useEffect(() => {
+    applyTheme(theme);
+    if (theme !== "auto") return;
+    // "auto" follows the system while the page is open, too.
+    const media = window.matchMedia?.("(prefers-color-scheme: dark)");
+    const follow = () => applyTheme("auto");
+    media?.addEventListener("change", follow);
+    return () => media?.removeEventListener("change", follow);
+  }, [theme]);
   const active = PAGES.find((p) => p.id === page) ?? PAGES[0];
   const View = active.view;
   const hasKey = loadKey() !== null;
@@ -62,7 +70,11 @@ function App() {
           ))}
         </div>
         <div class="sidebar-foot">
-          <button class="link" onClick={() => setTheme(nextTheme(theme))} title="Theme: auto follows the system" data-testid="theme-toggle">
+          <button class="link" onClick={() => {
+              const next = nextTheme(theme);
+              saveTheme(next);
+              setTheme(next);
+            }} title="Theme: auto follows the system" data-testid="theme-toggle">
             Theme: {theme}
           </button>
           {hasKey && (

@@ -27,12 +27,18 @@ export function storedTheme(): ThemeChoice {
   }
 }
 
-export function applyTheme(choice: ThemeChoice) {
+/** Keeps the user's choice. Only a choice the user made is written: a page
+ *  that merely starts must not overwrite what another tab (or a test) chose. */
+export function saveTheme(choice: ThemeChoice) {
   try {
     localStorage.setItem(THEME_STORAGE, choice);
   } catch {
     // storage disabled: the choice lasts for this page
   }
+}
+
+/** Shows a choice as <html data-theme>. */
+export function applyTheme(choice: ThemeChoice) {
   const dark = window.matchMedia?.("(prefers-color-scheme: dark)").matches ?? true;
   document.documentElement.dataset.theme = resolveTheme(choice, dark);
 }
