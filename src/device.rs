@@ -175,6 +175,26 @@ pub(crate) fn cuda_driver_fn(_name: &std::ffi::CStr) -> Option<*mut std::ffi::c_
     None
 }
 
+/// The highest MLX peak memory seen before a [`restart_peak`].
+static PEAK_SEEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// MLX's peak memory since the process started. The engine restarts MLX's
+/// own count before each step to measure that step's working memory
+/// (`scheduler::memory_guard`), so the process's peak is kept here.
+pub fn peak_memory() -> Option<usize> {
+    let now = mlx_rs::memory::peak_memory().ok()?;
+    Some(now.max(PEAK_SEEN.load(std::sync::atomic::Ordering::Relaxed)))
+}
+
+/// Restarts MLX's peak memory count from the memory live now, keeping the
+/// peak so far for [`peak_memory`].
+pub fn restart_peak() {
+    if let Ok(peak) = mlx_rs::memory::peak_memory() {
+        PEAK_SEEN.fetch_max(peak, std::sync::atomic::Ordering::Relaxed);
+    }
+    let _ = mlx_rs::memory::reset_peak_memory();
+}
+
 /// Free memory of the GPU this process's CUDA context is on
 /// (`cuMemGetInfo`), when MLX runs on CUDA; `None` elsewhere or if the
 /// driver does not answer (e.g. no context current on this thread). Other
@@ -648,6 +668,19 @@ mod tests {
         if !std::path::Path::new("/dev/nvidiactl").exists() {
             assert!(cuda_driver_fn(c"cuMemGetInfo_v2").is_none());
         }
+    }
+
+    #[test]
+    fn the_process_peak_survives_a_restarted_count() {
+        // 16 MiB of f32 made live once (other tests may run beside: the
+        // peak only grows, so "at least" holds whatever they do).
+        let bytes = 16 << 20;
+        let a = mlx_rs::ops::ones::<f32>(&[(bytes / 4) as i32]).expect("ones");
+        a.eval().expect("eval");
+        assert!(peak_memory().expect("a peak") >= bytes);
+        drop(a);
+        restart_peak();
+        assert!(peak_memory().expect("a peak") >= bytes);
     }
 
     #[test]

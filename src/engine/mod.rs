@@ -240,7 +240,7 @@ impl Engine {
         request.sampling.validate(self.model.config().vocab_size)?;
         let max_tokens = request.max_tokens.min(context - prompt.len());
 
-        let _ = mlx_rs::memory::reset_peak_memory();
+        crate::device::restart_peak();
         let mut sampler = Sampler::new(request.sampling.clone(), prompt);
         let mut text = TextStream::new(&self.model.tokenizer, &request.stop);
         let mut cache = self.model.model.new_cache();

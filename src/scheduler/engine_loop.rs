@@ -23,7 +23,7 @@ use mlx_rs::{transforms, Array};
 
 use super::{
     batch::{grown_shape, shape_bytes, Rows},
-    memory_guard::MemoryGuard,
+    memory_guard::{self, MemoryGuard},
     prefix_cache::{self, PrefixCache, Snapshot},
     trace::{StepStats, StepTrace},
     Command, Failure, FinishReason, JobEvent, JobSummary, Metrics, ModelInfo, SchedulerConfig,
@@ -395,7 +395,7 @@ impl EngineLoop {
                 };
                 self.cache_held = true;
                 self.phases = Phases::default();
-                let stats = match self.step() {
+                let stats = match self.measured_step() {
                     Ok(stats) => stats,
                     Err(e) => {
                         let message = format!("{e:#}");
@@ -483,7 +483,7 @@ impl EngineLoop {
                 if self.running.is_empty() {
                     break 'rounds; // the KV budget admits no more rows
                 }
-                if let Err(e) = self.step() {
+                if let Err(e) = self.measured_step() {
                     result = Err(e);
                     break 'rounds;
                 }
@@ -502,6 +502,7 @@ impl EngineLoop {
         self.release_kv();
         self.cache_held = true;
         self.metrics = real;
+        self.metrics.set_step_working(self.guard.step_working());
         self.publish_prefix();
         result.map(|()| (steps, started.elapsed()))
     }
@@ -572,14 +573,16 @@ impl EngineLoop {
             if bytes > self.kv_budget && !self.running.is_empty() {
                 break; // wait for running sequences to finish
             }
-            // Growing the KV buffers allocates the new ones beside the old.
-            let need = if target == self.shape { 0 } else { bytes };
+            // Growing the KV buffers allocates the new ones beside the old;
+            // its steps need their working memory too.
+            let kv_need = if target == self.shape { 0 } else { bytes };
+            let need = kv_need + self.guard.step_working();
             if !self.device_room(need) && !self.evict_prefixes_for(need) {
                 if !self.running.is_empty() {
                     break; // running sequences will free theirs
                 }
                 if let Some(sub) = self.waiting.pop_front() {
-                    self.refuse_for_memory(&sub, need);
+                    self.refuse_for_memory(&sub, kv_need);
                 }
                 continue;
             }
@@ -625,6 +628,28 @@ impl EngineLoop {
                 sub,
             });
         }
+    }
+
+    /// [`Self::step`], measuring its working memory for the guard
+    /// ([`memory_guard::working_bytes`]): MLX's peak count restarts before
+    /// it. A step that grew KV buffers already in use held the old ones
+    /// beside the new for a moment; that is not working memory and is not
+    /// recorded (admission counts the growth itself).
+    fn measured_step(&mut self) -> anyhow::Result<StepStats> {
+        let kv_before: usize = self.kv.iter().map(BatchKv::nbytes).sum();
+        let before = mlx_rs::memory::active_memory().unwrap_or(0);
+        crate::device::restart_peak();
+        let stats = self.step()?;
+        let peak = mlx_rs::memory::peak_memory().unwrap_or(0);
+        let after = mlx_rs::memory::active_memory().unwrap_or(0);
+        let kv_after: usize = self.kv.iter().map(BatchKv::nbytes).sum();
+        if kv_before == 0 || kv_after == kv_before {
+            let working = memory_guard::working_bytes(peak, before, after);
+            if self.guard.record_step(working) {
+                self.metrics.set_step_working(working);
+            }
+        }
+        Ok(stats)
     }
 
     /// Prompt chunks first, so a short prompt that completes here samples its
@@ -1135,12 +1160,13 @@ impl EngineLoop {
 
     /// Answers a job the device has no memory for while nothing else runs
     /// (503: other processes hold the memory; the client may retry).
-    fn refuse_for_memory(&mut self, sub: &Submission, need: usize) {
+    fn refuse_for_memory(&mut self, sub: &Submission, kv_need: usize) {
         let free = self.guard.last_free().unwrap_or(0);
         let detail = format!(
-            "{} MiB free, {} MiB needed for its KV cache plus {} MiB kept free",
+            "{} MiB free, {} MiB needed for its KV cache and {} MiB for a step's working memory, plus {} MiB kept free",
             free >> 20,
-            need >> 20,
+            kv_need >> 20,
+            self.guard.step_working() >> 20,
             self.guard.reserve() >> 20
         );
         tracing::warn!(id = sub.id, detail, "request refused: GPU memory");

@@ -16,6 +16,12 @@
 //!   will finish and free theirs); with nothing running it is refused with
 //!   a 503 the client can retry, instead of taking the server down.
 //!
+//! What a request needs is its KV buffers (when they grow) plus the memory
+//! a step works in beyond them: activations, attention scores, logits. The
+//! latter is not estimated from the model but measured: the largest
+//! [`working_bytes`] of the steps run so far (the warm-up's full prompt
+//! chunk among them), so it follows the backend's real kernels.
+//!
 //! Where the free memory is unknown (CPU, Metal) the guard does nothing.
 //! docs/scheduler.md, "Sharing a GPU".
 
@@ -52,6 +58,14 @@ pub fn plan(free: usize, cached: usize, need: usize, reserve: usize) -> Plan {
     }
 }
 
+/// The memory a step worked in beyond what stayed allocated: MLX's peak
+/// during the step less the larger of its live memory before and after
+/// (KV buffers, weights and the prefix cache's entries stay; activations,
+/// attention scores and logits come and go).
+pub fn working_bytes(peak: usize, before: usize, after: usize) -> usize {
+    peak.saturating_sub(before.max(after))
+}
+
 /// The engine's view of the device's free memory.
 pub struct MemoryGuard {
     reserve: usize,
@@ -60,6 +74,8 @@ pub struct MemoryGuard {
     /// The free bytes the last look read.
     last_free: Option<usize>,
     last_warning: Option<Instant>,
+    /// The most working memory one step has needed ([`working_bytes`]).
+    step_working: usize,
 }
 
 /// Least time between two warnings in the log (under lasting pressure the
@@ -76,7 +92,21 @@ impl MemoryGuard {
             last_look: None,
             last_free: None,
             last_warning: None,
+            step_working: 0,
         }
+    }
+
+    /// Records a step's working memory; true if it is the most seen yet.
+    pub fn record_step(&mut self, working: usize) -> bool {
+        let more = working > self.step_working;
+        self.step_working = self.step_working.max(working);
+        more
+    }
+
+    /// The most working memory one step has needed so far: a request is
+    /// admitted only if this fits beside its KV buffers.
+    pub fn step_working(&self) -> usize {
+        self.step_working
     }
 
     /// Whether a warning may go to the log now (at most one per
@@ -171,6 +201,22 @@ mod tests {
                 fits: false
             }
         );
+    }
+
+    #[test]
+    fn working_memory_is_the_peak_above_what_stays() {
+        // 10 GiB live before, 12 after (the KV grew), 15 at the peak.
+        assert_eq!(working_bytes(15 * GIB, 10 * GIB, 12 * GIB), 3 * GIB);
+        // A step that frees more than it allocates.
+        assert_eq!(working_bytes(11 * GIB, 10 * GIB, 8 * GIB), GIB);
+        // A peak below both (no reset on this backend): nothing.
+        assert_eq!(working_bytes(GIB, 2 * GIB, 2 * GIB), 0);
+        let mut guard = MemoryGuard::new(GIB, || None);
+        assert_eq!(guard.step_working(), 0);
+        assert!(guard.record_step(2 * GIB));
+        assert!(!guard.record_step(GIB), "a smaller step keeps the most");
+        assert!(!guard.record_step(2 * GIB));
+        assert_eq!(guard.step_working(), 2 * GIB);
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub struct Metrics {
     cache_releases: AtomicU64,
     memory_releases: AtomicU64,
     memory_refusals: AtomicU64,
+    step_working_bytes: AtomicUsize,
     prefix_hits: AtomicU64,
     prefix_misses: AtomicU64,
     prefix_reused_tokens: AtomicU64,
@@ -118,6 +119,10 @@ pub struct SchedulerStatus {
     /// Requests answered 503 because the GPU had too little free memory
     /// for them while nothing else ran.
     pub gpu_memory_refusals: u64,
+    /// The most memory one engine step has worked in beyond what stays
+    /// allocated (activations, attention scores, logits); a request is
+    /// admitted on a GPU only if this fits beside its KV cache.
+    pub step_working_bytes: usize,
     pub prefix_cache: PrefixCacheStatus,
     /// The error that made the device unusable (a lost CUDA context): every
     /// request fails until the server restarts. `None` while it works.
@@ -207,6 +212,10 @@ impl Metrics {
         self.memory_refusals.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn set_step_working(&self, bytes: usize) {
+        self.step_working_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_kv(&self, used: usize, allocated: usize) {
         self.kv_bytes_used.store(used, Ordering::Relaxed);
         self.kv_bytes_allocated.store(allocated, Ordering::Relaxed);
@@ -252,6 +261,7 @@ impl Metrics {
             cache_releases: self.cache_releases.load(Ordering::Relaxed),
             gpu_memory_releases: self.memory_releases.load(Ordering::Relaxed),
             gpu_memory_refusals: self.memory_refusals.load(Ordering::Relaxed),
+            step_working_bytes: self.step_working_bytes.load(Ordering::Relaxed),
             prefix_cache: PrefixCacheStatus {
                 hits: self.prefix_hits.load(Ordering::Relaxed),
                 misses: self.prefix_misses.load(Ordering::Relaxed),
@@ -347,6 +357,12 @@ impl Metrics {
             "counter",
             "Requests answered 503 because the GPU had too little free memory for them.",
             c(&self.memory_refusals),
+        );
+        line(
+            "hearth_step_working_memory_bytes",
+            "gauge",
+            "The most memory one engine step has worked in beyond what stays allocated.",
+            g(&self.step_working_bytes),
         );
         line(
             "hearth_queue_depth",

@@ -563,11 +563,48 @@ mod tests {
             (status.gpu_memory_refusals, status.queued, status.running),
             (1, 0, 0)
         );
+        // The warm-up measured what a step works in beyond its buffers.
+        let working = status.step_working_bytes;
+        assert!(working > 0, "no step working memory measured");
+        // The job's KV buffers: one row holding its prompt and output.
+        let job = short_job();
+        let info = scheduler.info();
+        let shape = batch::grown_shape(
+            hearth_models::BatchShape::default(),
+            0,
+            job.prompt_tokens.len() + job.max_tokens,
+            SchedulerConfig::default().max_running,
+        );
+        let kv = batch::shape_bytes(shape, info.kv_bytes_per_token)
+            + shape.rows * info.state_bytes_per_sequence;
+        assert!(
+            refused.message.contains(&format!(
+                "{} MiB needed for its KV cache and {} MiB for a step's working memory",
+                kv >> 20,
+                working >> 20
+            )),
+            "{}",
+            refused.message
+        );
         let text = scheduler.metrics().render_prometheus(0);
         assert!(
             text.contains("\nhearth_gpu_memory_refusals_total 1\n"),
             "{text}"
         );
+        assert!(
+            text.contains(&format!("\nhearth_step_working_memory_bytes {working}\n")),
+            "{text}"
+        );
+        // Room for the KV cache and the reserve is not enough: the step's
+        // working memory must fit too. (The MLX cache went back with the
+        // refusal, so only FREE counts now.)
+        let kv_and_reserve = kv + (64 << 20);
+        FREE.store(kv_and_reserve + working / 2, Ordering::Relaxed);
+        let refused = run_job(&scheduler).expect_err("no room to work in");
+        assert_eq!(refused.kind, FailureKind::DeviceMemory);
+        assert_eq!(scheduler.status().gpu_memory_refusals, 2);
+        FREE.store(kv_and_reserve + working, Ordering::Relaxed);
+        assert_eq!(run_job(&scheduler), Ok(2));
         FREE.store(usize::MAX, Ordering::Relaxed);
         assert_eq!(run_job(&scheduler), Ok(2));
         scheduler.shutdown(Duration::from_secs(1));

@@ -169,7 +169,7 @@ impl AppState {
         gauge(
             "hearth_mlx_peak_memory_bytes",
             "Peak memory MLX has held.",
-            mlx_rs::memory::peak_memory().ok(),
+            crate::device::peak_memory(),
         );
         gauge(
             "hearth_model_weight_bytes",

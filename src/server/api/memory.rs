@@ -126,7 +126,7 @@ impl Sampler {
             t_ms,
             rss_bytes,
             mlx_active_bytes: mlx_rs::memory::active_memory().ok(),
-            mlx_peak_bytes: mlx_rs::memory::peak_memory().ok(),
+            mlx_peak_bytes: crate::device::peak_memory(),
             mlx_cache_bytes: mlx_rs::memory::cache_memory().ok(),
             kv_used_bytes: field(|s| s.kv_bytes_used),
             kv_allocated_bytes: field(|s| s.kv_bytes_allocated),
