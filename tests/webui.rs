@@ -182,6 +182,11 @@ async fn ui_api_checks() {
     );
     assert!(current["mlx_peak_bytes"].as_u64() >= current["mlx_active_bytes"].as_u64());
     assert!(current["kv_budget_bytes"].as_u64().unwrap_or(0) > 0);
+    // The generation's steps measured their working memory.
+    assert!(
+        current["step_working_bytes"].as_u64().unwrap_or(0) > 0,
+        "{current}"
+    );
     assert!(
         current["system_total_bytes"].as_u64() > current["system_available_bytes"].as_u64(),
         "{current}"

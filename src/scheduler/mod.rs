@@ -563,7 +563,8 @@ mod tests {
             (status.gpu_memory_refusals, status.queued, status.running),
             (1, 0, 0)
         );
-        // The warm-up measured what a step works in beyond its buffers.
+        // The first job's steps (and on a GPU the warm-up's) measured what
+        // a step works in beyond its buffers.
         let working = status.step_working_bytes;
         assert!(working > 0, "no step working memory measured");
         // The job's KV buffers: one row holding its prompt and output.

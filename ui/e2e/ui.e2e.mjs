@@ -107,6 +107,8 @@ await step("memory", async () => {
   assert.match(await text("mem-rss"), /Resident \(RSS\): \d+(\.\d)? (MiB|GiB)/);
   assert.match(await text("mem-mlx-active"), /MLX active: \d+(\.\d)? (MiB|KiB|GiB)/);
   assert.match(await text("mem-kv"), /KV cache: .* of \d+(\.\d)? (MiB|GiB)/);
+  // Measured by the steps of status-live's request (and a GPU's warm-up).
+  assert.match(await text("mem-step-working"), /Step working memory: \d+(\.\d)? (KiB|MiB|GiB)/);
   assert.match(await text("mem-pressure"), /^(NORMAL|WARNING|CRITICAL)$/);
   // The chart has a history: wait for a few samples to be drawn.
   await page.waitForFunction(() => /^([3-9]|\d{2,}) samples/.test(document.querySelector(".card p.muted")?.textContent ?? ""), null, { timeout: 15_000 });

@@ -64,6 +64,8 @@ export interface MemorySample {
   kv_used_bytes: number;
   kv_allocated_bytes: number;
   kv_budget_bytes: number;
+  /** The most memory one engine step has worked in beyond what stays allocated. */
+  step_working_bytes: number;
   system_total_bytes: number;
   system_used_bytes: number;
   system_available_bytes: number;

@@ -36,6 +36,9 @@ pub struct MemorySample {
     pub kv_used_bytes: usize,
     pub kv_allocated_bytes: usize,
     pub kv_budget_bytes: usize,
+    /// The most memory one engine step has worked in beyond what stays
+    /// allocated (docs/scheduler.md, "Sharing a GPU").
+    pub step_working_bytes: usize,
     pub system_total_bytes: u64,
     pub system_used_bytes: u64,
     pub system_available_bytes: u64,
@@ -131,6 +134,7 @@ impl Sampler {
             kv_used_bytes: field(|s| s.kv_bytes_used),
             kv_allocated_bytes: field(|s| s.kv_bytes_allocated),
             kv_budget_bytes: field(|s| s.kv_bytes_budget),
+            step_working_bytes: field(|s| s.step_working_bytes),
             system_total_bytes: total,
             system_used_bytes: self.system.used_memory(),
             system_available_bytes: available,

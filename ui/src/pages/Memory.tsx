@@ -9,10 +9,10 @@ import { usePoll } from "../poll";
 
 const GiB = 1024 ** 3;
 
-function Meter(props: { label: string; used: number | null; total: number | null; testId: string }) {
+function Meter(props: { label: string; used: number | null; total: number | null; testId: string; title?: string }) {
   const share = props.used != null && props.total ? Math.min(1, props.used / props.total) : 0;
   return (
-    <div class="meter" data-testid={props.testId}>
+    <div class="meter" data-testid={props.testId} title={props.title}>
       <div class="meter-label">
         {props.label}: <strong>{bytes(props.used)}</strong>
         {props.total ? <> of {bytes(props.total)}</> : null}
@@ -54,6 +54,13 @@ export function MemoryPage() {
           <Meter label="MLX peak" used={c.mlx_peak_bytes} total={null} testId="mem-mlx-peak" />
           <Meter label="MLX cache" used={c.mlx_cache_bytes} total={null} testId="mem-mlx-cache" />
           <Meter label="KV cache" used={c.kv_used_bytes} total={c.kv_budget_bytes} testId="mem-kv" />
+          <Meter
+            label="Step working memory"
+            used={c.step_working_bytes}
+            total={null}
+            testId="mem-step-working"
+            title="The most one engine step has needed beyond what stays allocated (activations, attention scores, logits). On a GPU a request is admitted only if this fits beside its KV cache."
+          />
         </div>
         <div class="card">
           <h2>System</h2>
