@@ -197,6 +197,10 @@ async function finishOrStop(ms) {
 await step("chat-anonymize", async () => {
   await page.evaluate(() => localStorage.clear());
   await page.reload();
+  await page.getByTestId("chat-input").waitFor();
+  await page.waitForTimeout(300);
+  // Opening the page saves nothing (it would overwrite another tab's chats).
+  assert.equal(await page.evaluate(() => localStorage.getItem("hearth.conversations.v1")), null);
   await page.getByTestId("chat-anonymize").check();
   await page.getByTestId("chat-input").fill("My name is John Smith and my e-mail is john.smith@example.com. Say hello.");
   await page.getByTestId("chat-send").click();

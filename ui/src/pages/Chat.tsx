@@ -93,7 +93,12 @@ export function ChatPage() {
   const bottom = useRef<HTMLDivElement>(null);
   const conversation = conversations.find((c) => c.id === activeId) ?? conversations[0];
 
-  useEffect(() => saveConversations(conversations), [conversations]);
+  // Saved when they change, not when the page opens: opening it must not
+  // overwrite what another tab saved meanwhile.
+  const opened = useRef(conversations);
+  useEffect(() => {
+    if (conversations !== opened.current) saveConversations(conversations);
+  }, [conversations]);
   useEffect(() => bottom.current?.scrollIntoView({ block: "end" }), [conversation.messages]);
   useEffect(() => {
     api.status().then((s) => setContextLength(s.model?.context_length ?? null)).catch(() => undefined);
