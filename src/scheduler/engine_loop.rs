@@ -440,7 +440,10 @@ impl EngineLoop {
     /// Runs synthetic jobs through the real step loop before serving: one
     /// round with a prompt of two chunks, then rounds of 2..=`max_running`
     /// concurrent short prompts, 4 tokens each, so every decode batch size
-    /// and both prefill paths have run once. On MLX's CUDA backend each new
+    /// and both prefill paths have run once. Where the memory guard is on
+    /// (a GPU's free memory known), the last round's prompts are a whole
+    /// chunk each instead, so the largest prompt pass a burst can make has
+    /// run and its working memory is known before the first request. On MLX's CUDA backend each new
     /// kernel is compiled on first use (seconds); without this the first
     /// request at each new batch size stalls every stream in the batch
     /// (bench/results/h200-2026-11-29-s3). The counters of the real metrics
@@ -452,11 +455,15 @@ impl EngineLoop {
         let mut steps = 0;
         let mut next_id = u64::MAX / 2;
         let mut result = Ok(());
-        'rounds: for rows in 1..=self.config.max_running.max(1) {
+        let most_rows = self.config.max_running.max(1);
+        let burst = self.guard.active();
+        'rounds: for rows in 1..=most_rows {
             let mut receivers = Vec::with_capacity(rows);
             for j in 0..rows {
                 let len = if rows == 1 {
                     self.config.prefill_chunk + 5
+                } else if burst && rows == most_rows {
+                    self.config.prefill_chunk
                 } else {
                     8 + j
                 };

@@ -96,6 +96,11 @@ impl MemoryGuard {
         }
     }
 
+    /// Whether the guard is on and the device's free memory known.
+    pub fn active(&self) -> bool {
+        self.reserve > 0 && (self.probe)().is_some()
+    }
+
     /// Records a step's working memory; true if it is the most seen yet.
     pub fn record_step(&mut self, working: usize) -> bool {
         let more = working > self.step_working;
@@ -222,6 +227,9 @@ mod tests {
     #[test]
     fn an_off_guard_or_an_unknown_device_plans_nothing() {
         let mut off = MemoryGuard::new(0, || Some(0));
+        assert!(!off.active());
+        assert!(!MemoryGuard::new(GIB, || None).active());
+        assert!(MemoryGuard::new(GIB, || Some(0)).active());
         assert_eq!(off.look(GIB, 0), None);
         assert!(!off.due(Instant::now()));
         let mut cpu = MemoryGuard::new(GIB, || None);
