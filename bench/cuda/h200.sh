@@ -315,6 +315,16 @@ EOF
     for port in "${ports[@]}"; do
       [[ $port == 8081 ]] || { echo "health :$port $(curl -s localhost:$port/health)"; }
     done
+    # The memory guard's measures: a step's working memory after the engine's
+    # warm-up, and again after the benchmark (a rise means a pass bigger than
+    # the warm-up's largest came later).
+    guard_figures() {  # label
+      for port in "${ports[@]}"; do
+        [[ $port == 8081 ]] && continue
+        echo "$1 :$port $(curl -s localhost:$port/metrics | { grep -E '^hearth_(step_working_memory_bytes|gpu_memory_(releases|refusals)_total) ' || true; } | tr '\n' ' ')"
+      done
+    }
+    guard_figures "guard after warm-up"
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
     stamp "$name: servers up"
     # Warm up: MLX compiles kernels on first use (20-50 s), batch shapes included.
@@ -376,6 +386,7 @@ EOF
       sed -n '/^## /,$p' "/tmp/prefill-$name.md" | head -40
       stamp "$name: prefill curve done"
     fi
+    guard_figures "guard after the benchmark"
     extra=$(cat /tmp/interference-$name.md /tmp/prefill-$name.md 2>/dev/null || true)
     if [[ -n $extra ]]; then printf '%s\n' "$extra" > "$OUT/extra-$name.md"; fi
     kill "${pids[@]}" 2>/dev/null || true
