@@ -443,11 +443,12 @@ impl EngineLoop {
     /// and both prefill paths have run once. Where the memory guard is on
     /// (a GPU's free memory known), the last round's prompts are a whole
     /// chunk each instead, so the largest prompt pass a burst can make has
-    /// run and its working memory is known before the first request. On MLX's CUDA backend each new
-    /// kernel is compiled on first use (seconds); without this the first
-    /// request at each new batch size stalls every stream in the batch
-    /// (bench/results/h200-2026-11-29-s3). The counters of the real metrics
-    /// are not touched; returns the steps run and the time taken.
+    /// run and its working memory is known before the first request. On
+    /// MLX's CUDA backend each new kernel is compiled on first use
+    /// (seconds); without this the first request at each new batch size
+    /// stalls every stream in the batch (bench/results/h200-2026-11-29-s3).
+    /// The counters of the real metrics are not touched; returns the steps
+    /// run and the time taken.
     fn warm_up(&mut self) -> anyhow::Result<(usize, Duration)> {
         let real = std::mem::replace(&mut self.metrics, Arc::new(Metrics::default()));
         let started = Instant::now();
