@@ -302,6 +302,9 @@ struct EngineLoop {
     phases: Phases,
     /// Keeps device memory free for other processes (CUDA).
     guard: MemoryGuard,
+    /// Bytes of the KV buffers, counted where they change: after each step
+    /// ([`Self::publish_kv`]), after a prefix-cache load, when freed.
+    kv_bytes: usize,
 }
 
 /// Host time of a step's parts (each ends in a device sync or a launch, so
@@ -350,6 +353,7 @@ impl EngineLoop {
             cache_held: false,
             phases: Phases::default(),
             guard: MemoryGuard::new(config.device_reserve_bytes, config.device_free_memory),
+            kv_bytes: 0,
             config,
         };
         engine.publish_prefix();
@@ -424,7 +428,6 @@ impl EngineLoop {
                     };
                     trace.record(started, ended, stats);
                 }
-                self.publish_kv();
                 if self.stop_requested {
                     break;
                 }
@@ -606,7 +609,10 @@ impl EngineLoop {
             self.shape = target;
             let cached = match hit {
                 Some(hit) => match prefix_cache::load(&mut self.kv, self.shape, row, &hit) {
-                    Ok(()) => hit.tokens,
+                    Ok(()) => {
+                        self.count_kv();
+                        hit.tokens
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "prefix cache load failed; prefilling all");
                         0
@@ -638,20 +644,22 @@ impl EngineLoop {
         }
     }
 
-    /// [`Self::step`], measuring its working memory for the guard
-    /// ([`memory_guard::working_bytes`]): MLX's peak count restarts before
-    /// it. A step that grew KV buffers already in use held the old ones
-    /// beside the new for a moment; that is not working memory and is not
-    /// recorded (admission counts the growth itself).
+    /// [`Self::step`], then [`Self::publish_kv`], measuring the step's
+    /// working memory for the guard ([`memory_guard::working_bytes`]):
+    /// MLX's peak count restarts before it. A step that grew KV buffers
+    /// already in use held the old ones beside the new for a moment; that
+    /// is not working memory and is not recorded (admission counts the
+    /// growth itself).
     fn measured_step(&mut self) -> anyhow::Result<StepStats> {
-        let kv_before: usize = self.kv.iter().map(BatchKv::nbytes).sum();
+        let kv_before = self.kv_bytes;
         let before = mlx_rs::memory::active_memory().unwrap_or(0);
         crate::device::restart_peak();
-        let stats = self.step()?;
+        let stats = self.step();
         let peak = mlx_rs::memory::peak_memory().unwrap_or(0);
         let after = mlx_rs::memory::active_memory().unwrap_or(0);
-        let kv_after: usize = self.kv.iter().map(BatchKv::nbytes).sum();
-        if kv_before == 0 || kv_after == kv_before {
+        self.publish_kv();
+        let stats = stats?;
+        if kv_before == 0 || self.kv_bytes == kv_before {
             let working = memory_guard::working_bytes(peak, before, after);
             if self.guard.record_step(working) {
                 self.metrics.set_step_working(working);
@@ -1320,7 +1328,13 @@ impl EngineLoop {
         );
     }
 
-    fn publish_kv(&self) {
+    /// Counts the KV buffers' bytes into [`Self::kv_bytes`].
+    fn count_kv(&mut self) -> usize {
+        self.kv_bytes = self.kv.iter().map(BatchKv::nbytes).sum();
+        self.kv_bytes
+    }
+
+    fn publish_kv(&mut self) {
         let used: usize = self
             .running
             .iter()
@@ -1329,7 +1343,7 @@ impl EngineLoop {
                     + self.info.state_bytes_per_sequence
             })
             .sum();
-        let allocated: usize = self.kv.iter().map(BatchKv::nbytes).sum();
+        let allocated = self.count_kv();
         self.metrics.set_kv(used, allocated);
     }
 }
