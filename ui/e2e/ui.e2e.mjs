@@ -404,6 +404,52 @@ await step("chat-no-layout-jump", async () => {
   await page.screenshot({ path: join(shots, "900x640-chat-streamed.png") });
 });
 
+await step("chat-tabs", async () => {
+  // Two tabs of one browser share the stored conversations: a change in one
+  // shows in the other without a reload, neither overwrites the other's, and
+  // a deletion in one reaches the other.
+  await page.goto(base + "/#/chat");
+  await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
+  await page.reload();
+  const other = await context.newPage();
+  other.on("pageerror", (e) => consoleErrors.push(String(e)));
+  try {
+    await other.goto(base + "/#/chat");
+    await page.getByTestId("chat-input").waitFor();
+    await other.getByTestId("chat-input").waitFor();
+    const items = (p) => p.locator("aside.conversations li");
+    const stored = () => page.evaluate(() =>
+      JSON.parse(localStorage.getItem("hearth.conversations.v1") ?? "[]").map((c) => c.system).sort());
+    // Each tab opened with a draft of its own, which is not stored.
+    assert.equal(await items(page).count(), 1);
+    assert.equal(await items(other).count(), 1);
+    assert.deepEqual(await stored(), []);
+    await page.getByTestId("chat-system").fill("tab one");
+    await expectEventually(async () => (await items(other).count()) === 2, "the second tab to list the first's conversation", 5_000);
+    await other.getByTestId("chat-system").fill("tab two");
+    await expectEventually(async () => (await items(page).count()) === 2, "the first tab to list the second's conversation", 5_000);
+    assert.deepEqual(await stored(), ["tab one", "tab two"]);
+    // The second tab deletes the first tab's conversation.
+    let one = -1;
+    for (let i = 0; i < 2 && one < 0; i++) {
+      await items(other).nth(i).locator("a").click();
+      if ((await other.getByTestId("chat-system").inputValue()) === "tab one") one = i;
+    }
+    assert.ok(one >= 0, "the second tab does not show the first tab's system prompt");
+    await items(other).nth(one).getByTitle("Delete").click();
+    await expectEventually(async () => (await items(page).count()) === 1, "the deletion to reach the first tab", 5_000);
+    assert.equal(await page.getByTestId("chat-system").inputValue(), "tab two");
+    assert.deepEqual(await stored(), ["tab two"]);
+    await page.reload();
+    await page.getByTestId("chat-input").waitFor();
+    assert.equal(await items(page).count(), 1);
+    assert.equal(await page.getByTestId("chat-system").inputValue(), "tab two");
+  } finally {
+    await other.close();
+    await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
+  }
+});
+
 await step("theme", async () => {
   // The toggle cycles auto -> dark -> light -> auto, a choice survives a
   // reload, "auto" follows the system, and a page that only starts writes

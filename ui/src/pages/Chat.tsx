@@ -6,7 +6,10 @@
 // as context.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { renderMarkdown } from "../markdown";
-import { Conversation, loadConversations, newConversation, saveConversations, StoredMessage } from "../chat/store";
+import {
+  Conversation, isConversationsKey, mergeConversations, newConversation, parseList, readStoredText, StoredMessage, storedText,
+  writeStoredText,
+} from "../chat/store";
 import { ChatMessage, maskedSegments, MaskedEntity, previewPrivacy, streamChat } from "../chat/stream";
 import { Attachment, extractDocument, documentContext } from "../chat/documents";
 import { api } from "../api";
@@ -79,10 +82,13 @@ function MessageView(props: { message: StoredMessage; streaming: boolean }) {
 }
 
 export function ChatPage() {
-  const [conversations, setConversations] = useState<Conversation[]>(() => {
-    const list = loadConversations();
-    return list.length ? list : [newConversation()];
+  const [opening] = useState(() => {
+    const raw = readStoredText();
+    return { raw, list: parseList(raw) };
   });
+  const [conversations, setConversations] = useState<Conversation[]>(() =>
+    opening.list.length ? opening.list : [newConversation()],
+  );
   const [activeId, setActiveId] = useState(conversations[0].id);
   const [input, setInput] = useState("");
   const [busy, setBusy] = useState(false);
@@ -93,19 +99,49 @@ export function ChatPage() {
   const bottom = useRef<HTMLDivElement>(null);
   const conversation = conversations.find((c) => c.id === activeId) ?? conversations[0];
 
+  // Every tab of this browser shares the stored list. `synced` is the text
+  // this tab last read or wrote, and the ids it held: when the stored text
+  // differs, another tab wrote, and its changes are merged in (newest change
+  // of a conversation wins; deletions on either side stay deleted).
+  const synced = useRef({ raw: opening.raw, ids: new Set(opening.list.map((c) => c.id)) });
+  const sync = (mine: Conversation[]): Conversation[] => {
+    const raw = readStoredText();
+    let merged = mine;
+    if (raw !== synced.current.raw) {
+      merged = mergeConversations(mine, parseList(raw), synced.current.ids);
+      if (merged.length === 0) merged = [newConversation()];
+    }
+    const text = storedText(merged);
+    if (text === raw || writeStoredText(text)) {
+      synced.current = { raw: text, ids: new Set(merged.filter((c) => !c.draft).map((c) => c.id)) };
+    } else {
+      synced.current = { raw, ids: new Set(parseList(raw).map((c) => c.id)) };
+    }
+    return merged;
+  };
   // Saved when they change, not when the page opens: opening it must not
   // overwrite what another tab saved meanwhile.
   const opened = useRef(conversations);
   useEffect(() => {
-    if (conversations !== opened.current) saveConversations(conversations);
+    if (conversations === opened.current) return;
+    const merged = sync(conversations);
+    // A change made meanwhile (a streamed token) wins; the next run merges it.
+    if (merged !== conversations) setConversations((list) => (list === conversations ? merged : list));
   }, [conversations]);
+  useEffect(() => {
+    const onStorage = (e: StorageEvent) => {
+      if (e.storageArea === localStorage && isConversationsKey(e.key)) setConversations((list) => sync(list));
+    };
+    window.addEventListener("storage", onStorage);
+    return () => window.removeEventListener("storage", onStorage);
+  }, []);
   useEffect(() => bottom.current?.scrollIntoView({ block: "end" }), [conversation.messages]);
   useEffect(() => {
     api.status().then((s) => setContextLength(s.model?.context_length ?? null)).catch(() => undefined);
   }, []);
 
   const update = (id: string, f: (c: Conversation) => Conversation) =>
-    setConversations((list) => list.map((c) => (c.id === id ? { ...f(c), updated: Date.now() } : c)));
+    setConversations((list) => list.map((c) => (c.id === id ? { ...f(c), updated: Date.now(), draft: undefined } : c)));
   const setSettings = (patch: Partial<Conversation>) => update(conversation.id, (c) => ({ ...c, ...patch }));
 
   const addFiles = async (files: FileList | File[]) => {
