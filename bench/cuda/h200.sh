@@ -34,7 +34,8 @@
 #      H200_ATTN_BENCH=0 / H200_GEMV_BENCH=0
 #      skip the kernel benches)
 #   or: bash bench/cuda/h200.sh sanitize  (compute-sanitizer memcheck over
-#      decode-bench, prefill-bench and a server; H200_SANITIZE models)
+#      decode-bench, prefill-bench and a server; H200_SANITIZE models,
+#      H200_SAN_PARTS, H200_SAN_ARGS e.g. "--kernel-name kns=hearth_")
 #   or: bash bench/cuda/h200.sh pressure  (another process fills the GPU
 #      while a server idles: the memory guard against none)
 #   or: bash bench/cuda/h200.sh profile  (in-process decode + Nsight Compute
@@ -458,13 +459,15 @@ sanitize)
   # then a server (MLX's buffer cache off, so a read past a buffer is past its
   # allocation) under a sweep and a long prompt prefilling beside short ones.
   # One log per run: $OUT/sanitize.log, summaries grepped into it.
+  # H200_SAN_ARGS: more sanitizer arguments, e.g. "--kernel-name kns=hearth_"
+  # to instrument only our kernels (MLX's run uninstrumented, much faster).
   exec > >(tee "$OUT/sanitize.log") 2>&1
   setup
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer | head -1)
   "$SAN" --version | tail -1
   san() {  # label, command...
     local label=$1; shift
-    timeout "${H200_SAN_TIMEOUT:-240}" "$SAN" --tool memcheck --leak-check no --print-limit 20 \
+    timeout "${H200_SAN_TIMEOUT:-240}" "$SAN" --tool memcheck --leak-check no --print-limit 20 ${H200_SAN_ARGS:-} \
       --log-file "/tmp/san-$label.log" "$@" > "/tmp/san-$label.out" 2>&1 || echo "$label: exit $?"
     echo "== $label: $(grep -h "ERROR SUMMARY" "/tmp/san-$label.log" | tail -1)"
     grep -h -m 40 -E "^=+ +(Invalid|Address|Program hit|Saved host|Host Frame|Error|.*is out of bounds|.*misaligned)" \
@@ -485,7 +488,7 @@ sanitize)
       stamp "$name: prefill-bench checked"
     fi
     [[ $parts == *,serve,* ]] || continue
-    "$SAN" --tool memcheck --leak-check no --print-limit 20 --log-file "/tmp/san-$name-serve.log" \
+    "$SAN" --tool memcheck --leak-check no --print-limit 20 ${H200_SAN_ARGS:-} --log-file "/tmp/san-$name-serve.log" \
       $H serve --model "/tmp/$name" --port 8010 --max-running 16 --mlx-cache-mb 0 \
       > "/tmp/san-$name-serve.out" 2>&1 &
     spid=$!
