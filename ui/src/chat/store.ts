@@ -47,10 +47,6 @@ export function parseList(raw: string | null): Conversation[] {
   }
 }
 
-export function loadConversations(): Conversation[] {
-  return parseList(readStoredText());
-}
-
 /** The text stored for a list: drafts stay in their tab. */
 export const storedText = (list: Conversation[]) => JSON.stringify(list.filter((c) => !c.draft));
 
