@@ -108,7 +108,7 @@ fn prefill_bench(args: &[&str]) -> (bool, String, String) {
 }
 
 /// The three passes are timed and reported for the setting in force, each
-/// with a rate that matches its time; `--experts` (the MoE kernels of MLX's
+/// with a rate that matches its time and the working memory it measured; `--experts` (the MoE kernels of MLX's
 /// CUDA backend) is refused by name on a CPU.
 #[test]
 fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
@@ -140,6 +140,9 @@ fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
         // 16 prompt tokens a round (rounded in the table).
         assert!((rate * ms / 1e3 - 16.0).abs() < 1.6, "{r:?}");
         assert_eq!(r[5], "1.000x", "one setting: its own first: {out}");
+        // Activations and logits come and go in every pass.
+        let working: f64 = r[6].parse().expect("working MiB");
+        assert!(working > 0.0, "{out}");
     }
     assert_eq!(rows[0][4], "1.00x", "{out}");
 

@@ -652,18 +652,13 @@ impl EngineLoop {
     /// growth itself).
     fn measured_step(&mut self) -> anyhow::Result<StepStats> {
         let kv_before = self.kv_bytes;
-        let before = mlx_rs::memory::active_memory().unwrap_or(0);
-        crate::device::restart_peak();
+        let probe = memory_guard::WorkingProbe::start();
         let stats = self.step();
-        let peak = mlx_rs::memory::peak_memory().unwrap_or(0);
-        let after = mlx_rs::memory::active_memory().unwrap_or(0);
+        let working = probe.finish();
         self.publish_kv();
         let stats = stats?;
-        if kv_before == 0 || self.kv_bytes == kv_before {
-            let working = memory_guard::working_bytes(peak, before, after);
-            if self.guard.record_step(working) {
-                self.metrics.set_step_working(working);
-            }
+        if (kv_before == 0 || self.kv_bytes == kv_before) && self.guard.record_step(working) {
+            self.metrics.set_step_working(working);
         }
         Ok(stats)
     }

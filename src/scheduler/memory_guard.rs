@@ -66,6 +66,28 @@ pub fn working_bytes(peak: usize, before: usize, after: usize) -> usize {
     peak.saturating_sub(before.max(after))
 }
 
+/// Measures one piece of work's working memory ([`working_bytes`]): MLX's
+/// live memory before it, its peak count restarted for it, and the live
+/// memory after (the engine's steps; `hearth dev prefill-bench`'s passes).
+pub struct WorkingProbe {
+    before: usize,
+}
+
+impl WorkingProbe {
+    pub fn start() -> Self {
+        let before = mlx_rs::memory::active_memory().unwrap_or(0);
+        crate::device::restart_peak();
+        WorkingProbe { before }
+    }
+
+    /// The working memory since [`Self::start`].
+    pub fn finish(self) -> usize {
+        let peak = mlx_rs::memory::peak_memory().unwrap_or(0);
+        let after = mlx_rs::memory::active_memory().unwrap_or(0);
+        working_bytes(peak, self.before, after)
+    }
+}
+
 /// The engine's view of the device's free memory.
 pub struct MemoryGuard {
     reserve: usize,

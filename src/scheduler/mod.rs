@@ -32,6 +32,7 @@ use std::{
 use hearth_models::{ModelConfig, Tokenizer};
 use tokio::sync::mpsc as tokio_mpsc;
 
+pub use self::memory_guard::WorkingProbe;
 pub use self::metrics::{Metrics, SchedulerStatus};
 use crate::engine::sampling::{Sampled, SamplingParams};
 pub use crate::engine::FinishReason;

@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::decode_bench::median;
+use crate::scheduler::WorkingProbe;
 use hearth_models::{BatchKv, BatchShape, CacheView, Model, PrefillBatch, PrefillChunk};
 use mlx_rs::Array;
 
@@ -110,24 +111,28 @@ fn mark(logits: &Array) -> Result<()> {
     Ok(mlx_rs::transforms::eval([&top])?)
 }
 
+/// Milliseconds and working bytes (as the engine's memory guard counts a
+/// step's: [`WorkingProbe`]) of each of the three passes.
+type Passes = [(f64, usize); 3];
+
 /// The three passes over `n` prompts of `len` tokens (one pass per chunk,
-/// one batched pass, one chunk of all the tokens), timed; `profiled`
-/// brackets the first single-prompt pass and the batched one for `ncu`.
-fn passes(
-    m: &Model,
-    shape: BatchShape,
-    n: usize,
-    len: usize,
-    profiled: bool,
-) -> Result<[std::time::Duration; 3]> {
+/// one batched pass, one chunk of all the tokens), timed and their working
+/// memory measured; `profiled` brackets the first single-prompt pass and
+/// the batched one for `ncu`.
+fn passes(m: &Model, shape: BatchShape, n: usize, len: usize, profiled: bool) -> Result<Passes> {
     let vocab = m.config.vocab_size as i32;
     let ids = |row: usize, count: usize| -> Vec<i32> {
         (0..count)
             .map(|i| ((i * 7 + row * 13) as i32 % vocab).max(1))
             .collect()
     };
+    let done = |probe: WorkingProbe, started: Instant| {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        (ms, probe.finish())
+    };
     // One pass per chunk.
     let mut kv = fresh(m);
+    let probe = WorkingProbe::start();
     let started = Instant::now();
     for row in 0..n {
         if profiled && row == 0 && !super::cuda_profiler::start() {
@@ -141,9 +146,10 @@ fn passes(
             super::cuda_profiler::stop();
         }
     }
-    let seq = started.elapsed();
+    let seq = done(probe, started);
     // One batched pass.
     let mut kv = fresh(m);
+    let probe = WorkingProbe::start();
     let started = Instant::now();
     let chunks = (0..n)
         .map(|row| PrefillChunk { row, start: 0, len })
@@ -160,22 +166,23 @@ fn passes(
     let x = Array::from_slice(&x, &[n as i32, width as i32]);
     let logits = forward(m, &x, BatchKv::prefill_batch_views(&mut kv, &batch))?;
     eval(&kv, &logits)?;
-    let batched = started.elapsed();
+    let batched = done(probe, started);
     if profiled {
         mark(&logits)?;
         super::cuda_profiler::stop();
     }
     // All the tokens as one chunk of one row.
     let mut kv = fresh(m);
+    let probe = WorkingProbe::start();
     let started = Instant::now();
     let x = Array::from_slice(&ids(0, n * len), &[1, (n * len) as i32]);
     let logits = forward(m, &x, BatchKv::prefill_views(&mut kv, shape, 0, 0))?;
     eval(&kv, &logits)?;
-    Ok([seq, batched, started.elapsed()])
+    Ok([seq, batched, done(probe, started)])
 }
 
-/// Prints a Markdown table: p50 milliseconds and prompt tokens per second,
-/// per experts setting and pass.
+/// Prints a Markdown table: p50 milliseconds, prompt tokens per second and
+/// the most working memory of a round, per experts setting and pass.
 pub fn run(opts: &Options) -> Result<()> {
     let variants = experts_variants(&opts.experts)?;
     let loaded = hearth_models::load(&opts.model)
@@ -188,8 +195,10 @@ pub fn run(opts: &Options) -> Result<()> {
         rows: n,
         capacity: (n * longest).div_ceil(256) * 256,
     };
-    // Per variant, per pass: milliseconds of each timed round.
+    // Per variant, per pass: milliseconds of each timed round, and the most
+    // working memory of any round.
     let mut times: Vec<[Vec<f64>; 3]> = vec![Default::default(); variants.len()];
+    let mut working: Vec<[usize; 3]> = vec![[0; 3]; variants.len()];
     let mut tokens = 0;
     for round in 0..=opts.rounds {
         let len = if opts.new_lengths {
@@ -200,10 +209,12 @@ pub fn run(opts: &Options) -> Result<()> {
         for (v, (_, experts)) in variants.iter().enumerate() {
             experts.apply();
             let profiled = opts.profile && round == opts.rounds && v == 0;
-            let durations = passes(m, shape, n, len, profiled)?;
+            let measured = passes(m, shape, n, len, profiled)?;
             if round > 0 {
-                for (t, d) in times[v].iter_mut().zip(durations) {
-                    t.push(d.as_secs_f64() * 1e3);
+                for ((t, w), (ms, bytes)) in times[v].iter_mut().zip(&mut working[v]).zip(measured)
+                {
+                    t.push(ms);
+                    *w = (*w).max(bytes);
                 }
             }
         }
@@ -227,21 +238,22 @@ pub fn run(opts: &Options) -> Result<()> {
     // Tokens of a median round (the mean over the timed rounds).
     let round_tokens = tokens as f64 / opts.rounds.max(1) as f64;
     println!(
-        "| experts | pass | ms p50 | prompt tokens/s | vs a pass per chunk | vs 1st experts setting |"
+        "| experts | pass | ms p50 | prompt tokens/s | vs a pass per chunk | vs 1st experts setting | working MiB |"
     );
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|");
     let names = [
         "a pass per chunk",
         "one batched pass",
         "one chunk of all the tokens",
     ];
-    for ((setting, _), t) in variants.iter().zip(&times) {
+    for (((setting, _), t), w) in variants.iter().zip(&times).zip(&working) {
         let base = median(&t[0]);
         for (pass, (name, ms)) in names.iter().zip(t.iter().map(|t| median(t))).enumerate() {
             let rate = round_tokens / (ms / 1e3);
             let first = median(&times[0][pass]);
+            let mib = w[pass] as f64 / (1 << 20) as f64;
             println!(
-                "| {setting} | {name} | {ms:.1} | {rate:.0} | {:.2}x | {:.3}x |",
+                "| {setting} | {name} | {ms:.1} | {rate:.0} | {:.2}x | {:.3}x | {mib:.2} |",
                 base / ms,
                 ms / first
             );
