@@ -450,6 +450,72 @@ await step("chat-tabs", async () => {
   }
 });
 
+await step("chat-tabs-streaming", async () => {
+  // An answer streaming in one tab and a setting changed in another tab of
+  // the same conversation meanwhile: both survive, in both tabs and stored.
+  await page.goto(base + "/#/chat");
+  await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
+  await page.reload();
+  await page.getByTestId("chat-input").waitFor();
+  await page.getByTestId("chat-system").fill("streamer");
+  await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
+  await page.getByTestId("chat-send").click();
+  const streamed = (p) => p.evaluate(() => document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "");
+  await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
+  const other = await context.newPage();
+  other.on("pageerror", (e) => consoleErrors.push(String(e)));
+  try {
+    await other.goto(base + "/#/chat");
+    await other.getByTestId("chat-input").waitFor();
+    const items = other.locator("aside.conversations li");
+    let found = false;
+    for (let i = 0; i < (await items.count()) && !found; i++) {
+      await items.nth(i).locator("a").click();
+      found = (await other.getByTestId("chat-system").inputValue()) === "streamer";
+    }
+    assert.ok(found, "the second tab does not list the streaming conversation");
+    // Several changes while the first tab streams: each must stay, in both
+    // tabs (a merge that takes a conversation whole from the side changed
+    // last loses some of them to the tokens streamed meanwhile).
+    const temperatures = async () => [
+      await page.getByTestId("chat-temperature").inputValue(),
+      await other.getByTestId("chat-temperature").inputValue(),
+    ];
+    const settings = ["0.05", "0.1", "0.15", "0.2", "0.25", "0.3"];
+    for (const t of settings) {
+      await other.getByTestId("chat-temperature").evaluate((el, v) => {
+        el.value = v;
+        el.dispatchEvent(new Event("input", { bubbles: true }));
+      }, t);
+      await expectEventually(async () => (await temperatures()).every((x) => x === t), `both tabs to show temperature ${t}`, 5_000);
+      await other.waitForTimeout(300);
+      assert.deepEqual(await temperatures(), [t, t], `temperature ${t} was undone while the answer streamed`);
+    }
+    // The first tab streamed throughout, and streams on; then it is stopped.
+    const before = (await streamed(page)).length;
+    assert.equal(await page.getByTestId("chat-stop").count(), 1, "the answer finished before the other tab's changes did");
+    await expectEventually(async () => (await streamed(page)).length > before + 10, "the answer to stream on after the changes", 30_000);
+    await page.getByTestId("chat-stop").click();
+    await page.getByTestId("finish-reason").waitFor();
+    const answer = await streamed(page);
+    await expectEventually(async () => (await temperatures()).every((t) => t === "0.3"), "both tabs to keep the other tab's temperature", 5_000);
+    await expectEventually(async () => (await streamed(other)) === answer, "the second tab to show the whole answer", 5_000);
+    // A tab in the background saves a moment later (its effects wait for a frame).
+    const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem("hearth.conversations.v1") ?? "[]"));
+    await expectEventually(async () => (await stored()).at(0)?.messages.at(-1).finishReason === "stopped", "the stopped answer to be saved", 5_000);
+    const [saved, ...rest] = await stored();
+    assert.equal(rest.length, 0);
+    assert.equal(saved.temperature, 0.3);
+    await page.reload();
+    await page.getByTestId("assistant-content").waitFor();
+    assert.equal(await page.getByTestId("chat-temperature").inputValue(), "0.3");
+    assert.equal(await streamed(page), answer);
+  } finally {
+    await other.close();
+    await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
+  }
+});
+
 await step("theme", async () => {
   // The toggle cycles auto -> dark -> light -> auto, a choice survives a
   // reload, "auto" follows the system, and a page that only starts writes

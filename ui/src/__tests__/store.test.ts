@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Conversation, mergeConversations, newConversation, parseList, storedText } from "../chat/store";
+import { Conversation, mergeConversations, newConversation, parseList, stamp, storedText } from "../chat/store";
 
 const conv = (id: string, updated: number, title = id): Conversation => ({
   ...newConversation(),
@@ -36,6 +36,38 @@ describe("conversations shared by tabs", () => {
     const stored = [conv("b", 9, "theirs"), conv("a", 4, "theirs")];
     const merged = mergeConversations(mine, stored, new Set(["a", "b"]));
     expect(merged.map((c) => c.title)).toEqual(["mine", "theirs"]);
+  });
+
+  it("keeps an answer streamed in one tab and a setting changed in another at the same time", () => {
+    const start = stamp(conv("c", 1), { ...conv("c", 1), messages: [{ role: "assistant", content: "Hel" }] }, 10);
+    // The other tab read "Hel", then changed the temperature while this one streamed on.
+    const there = stamp(start, { ...start, temperature: 0.1 }, 12);
+    const here = stamp(start, { ...start, messages: [{ role: "assistant", content: "Hello" }] }, 13);
+    for (const [mine, stored] of [[here, there], [there, here]]) {
+      const [c] = mergeConversations([mine], [stored], new Set(["c"]));
+      expect(c.messages[0].content).toBe("Hello");
+      expect(c.temperature).toBe(0.1);
+    }
+    // Both tabs write the same text, so neither answers the other's write.
+    const fromHere = storedText(mergeConversations([here], [there], new Set(["c"])));
+    expect(storedText(mergeConversations([there], parseList(fromHere), new Set(["c"])))).toBe(fromHere);
+  });
+
+  it("stamps only the part a change touched", () => {
+    const c = conv("c", 1);
+    const renamed = stamp(c, { ...c, system: "terse" }, 5);
+    expect([renamed.settingsUpdated, renamed.messagesUpdated, renamed.updated]).toEqual([5, 1, 5]);
+    const said = stamp(renamed, { ...renamed, messages: [{ role: "user", content: "hi" }] }, 7);
+    expect([said.settingsUpdated, said.messagesUpdated, said.updated]).toEqual([5, 7, 7]);
+    expect(said.draft).toBeUndefined();
+  });
+
+  it("picks the same side on a tie in every tab", () => {
+    const one = { ...conv("c", 4, "one"), messagesUpdated: 4, settingsUpdated: 4 };
+    const two = { ...conv("c", 4, "two"), messagesUpdated: 4, settingsUpdated: 4 };
+    const a = mergeConversations([one], [two], new Set(["c"]));
+    const b = mergeConversations([two], [one], new Set(["c"]));
+    expect(storedText(a)).toBe(storedText(b));
   });
 
   it("drops a conversation deleted in another tab, and one deleted here stays deleted", () => {

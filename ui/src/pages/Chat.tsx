@@ -7,8 +7,8 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { renderMarkdown } from "../markdown";
 import {
-  Conversation, isConversationsKey, mergeConversations, newConversation, parseList, readStoredText, StoredMessage, storedText,
-  writeStoredText,
+  Conversation, isConversationsKey, mergeConversations, newConversation, parseList, readStoredText, stamp, StoredMessage,
+  storedText, writeStoredText,
 } from "../chat/store";
 import { ChatMessage, maskedSegments, MaskedEntity, previewPrivacy, streamChat } from "../chat/stream";
 import { Attachment, extractDocument, documentContext } from "../chat/documents";
@@ -141,7 +141,7 @@ export function ChatPage() {
   }, []);
 
   const update = (id: string, f: (c: Conversation) => Conversation) =>
-    setConversations((list) => list.map((c) => (c.id === id ? { ...f(c), updated: Date.now(), draft: undefined } : c)));
+    setConversations((list) => list.map((c) => (c.id === id ? stamp(c, f(c), Date.now()) : c)));
   const setSettings = (patch: Partial<Conversation>) => update(conversation.id, (c) => ({ ...c, ...patch }));
 
   const addFiles = async (files: FileList | File[]) => {
