@@ -108,8 +108,9 @@ fn prefill_bench(args: &[&str]) -> (bool, String, String) {
 }
 
 /// The three passes are timed and reported for the setting in force, each
-/// with a rate that matches its time and the working memory it measured; `--experts` (the MoE kernels of MLX's
-/// CUDA backend) is refused by name on a CPU.
+/// with a rate that matches its time and the working memory it measured;
+/// `--experts` (the MoE kernels of MLX's CUDA backend) is refused by name on
+/// a CPU.
 #[test]
 fn prefill_bench_reports_three_passes_and_refuses_experts_off_cuda() {
     let (ok, out, err) = prefill_bench(&["--prompts", "2", "--tokens", "8", "--rounds", "2"]);

@@ -645,8 +645,7 @@ impl EngineLoop {
     }
 
     /// [`Self::step`], then [`Self::publish_kv`], measuring the step's
-    /// working memory for the guard ([`memory_guard::working_bytes`]):
-    /// MLX's peak count restarts before it. A step that grew KV buffers
+    /// working memory for the guard ([`memory_guard::WorkingProbe`]). A step that grew KV buffers
     /// already in use held the old ones beside the new for a moment; that
     /// is not working memory and is not recorded (admission counts the
     /// growth itself).

@@ -69,6 +69,7 @@ export function writeStoredText(raw: string): boolean {
 export const isConversationsKey = (key: string | null) => key === null || key === KEY;
 
 /** The two parts of a conversation that change independently: what was said, and how to say it. */
+type Part = (c: Conversation) => Record<string, unknown>;
 const messagePart = (c: Conversation) => ({ title: c.title, messages: c.messages });
 const settingsPart = (c: Conversation) => ({ system: c.system, temperature: c.temperature, anonymize: c.anonymize });
 const messagesAt = (c: Conversation) => c.messagesUpdated ?? c.updated;
@@ -97,10 +98,9 @@ function canonical(c: Conversation): Conversation {
  * gets the time, so a merge can take each part from the tab that changed it.
  */
 export function stamp(before: Conversation, after: Conversation, now: number): Conversation {
-  const changed = (part: (c: Conversation) => object) => {
-    const a = part(before) as Record<string, unknown>;
-    const b = part(after) as Record<string, unknown>;
-    return Object.keys(b).some((k) => a[k] !== b[k]);
+  const changed = (part: Part) => {
+    const was = part(before);
+    return Object.entries(part(after)).some(([k, v]) => was[k] !== v);
   };
   return canonical({
     ...after,
@@ -112,7 +112,7 @@ export function stamp(before: Conversation, after: Conversation, now: number): C
 }
 
 /** Of two versions of a part, the one changed last; on a tie the larger text, so every tab picks the same. */
-function later(mine: Conversation, theirs: Conversation, at: (c: Conversation) => number, part: (c: Conversation) => object) {
+function later(mine: Conversation, theirs: Conversation, at: (c: Conversation) => number, part: Part) {
   if (at(mine) !== at(theirs)) return at(mine) > at(theirs) ? mine : theirs;
   return JSON.stringify(part(mine)) > JSON.stringify(part(theirs)) ? mine : theirs;
 }
@@ -131,7 +131,6 @@ function mergeOne(mine: Conversation, theirs: Conversation): Conversation {
     updated: Math.max(mine.updated, theirs.updated),
     messagesUpdated: messagesAt(said),
     settingsUpdated: settingsAt(how),
-    draft: undefined,
   });
 }
 
