@@ -576,6 +576,56 @@ fn enable_cuda_attn() {
     cuda_attn::enable(target);
 }
 
+/// How a quantized model's weights are held on MLX's CPU backend (`hearth
+/// serve --cpu-weights`, `hearth generate --cpu-weights`). On Metal and
+/// CUDA they always stay quantized: those backends' quantized kernels are
+/// the fast path.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuWeights {
+    /// Float32 when the expanded weights take at most a quarter of the
+    /// memory available at load, else as stored.
+    #[default]
+    Auto,
+    /// Expanded to float32 at load (8x the memory of 4-bit weights): MLX's
+    /// CPU quantized product is scalar, a float32 one runs on BLAS
+    /// (docs/mlx-on-linux.md).
+    Float32,
+    /// As stored (what mlx-lm does).
+    Quantized,
+}
+
+impl CpuWeights {
+    /// The load options for this choice on `device` with `available` bytes
+    /// of memory free.
+    pub fn load_options(self, device: &DeviceInfo, available: u64) -> hearth_models::LoadOptions {
+        use hearth_models::QuantizedWeights;
+        let quantized = match (device.kind, self) {
+            ("gpu", _) | (_, CpuWeights::Quantized) => QuantizedWeights::Keep,
+            (_, CpuWeights::Float32) => QuantizedWeights::Float32,
+            (_, CpuWeights::Auto) => QuantizedWeights::Float32UpTo(available / 4),
+        };
+        hearth_models::LoadOptions { quantized }
+    }
+
+    /// [`CpuWeights::load_options`] for this machine now.
+    pub fn load_options_here(self) -> hearth_models::LoadOptions {
+        let mut system = sysinfo::System::new();
+        system.refresh_memory();
+        self.load_options(&DeviceInfo::detect(), system.available_memory())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::ffi::OsStr;
@@ -727,5 +777,25 @@ mod tests {
         assert_eq!(parse_cuda_attn("0"), Ok(Some(0)));
         assert_eq!(parse_cuda_attn("528"), Ok(Some(528)));
         assert!(parse_cuda_attn("fast").is_err());
+    }
+
+    #[test]
+    fn cpu_weights_expand_only_on_the_cpu() {
+        use hearth_models::QuantizedWeights::*;
+        let cpu = DeviceInfo {
+            kind: "cpu",
+            backend: "cpu",
+        };
+        let gpu = DeviceInfo {
+            kind: "gpu",
+            backend: "cuda",
+        };
+        let q = |w: CpuWeights, d: &DeviceInfo| w.load_options(d, 8 << 30).quantized;
+        assert_eq!(q(CpuWeights::Auto, &cpu), Float32UpTo(2 << 30));
+        assert_eq!(q(CpuWeights::Float32, &cpu), Float32);
+        assert_eq!(q(CpuWeights::Quantized, &cpu), Keep);
+        for w in [CpuWeights::Auto, CpuWeights::Float32, CpuWeights::Quantized] {
+            assert_eq!(q(w, &gpu), Keep);
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! The CLI (`src/main.rs`), the menu-bar app and the web UI are callers.
 
 pub mod bench;
+pub mod blas;
 pub mod device;
 pub mod documents;
 pub mod engine;

@@ -176,13 +176,18 @@ struct GenerateArgs {
     /// Most prompt tokens per prefill step.
     #[arg(long, default_value_t = 512)]
     prefill_chunk: usize,
+    /// How a quantized model's weights are held on MLX's CPU backend (see `hearth serve --help`).
+    #[arg(long, value_enum, default_value = "auto")]
+    cpu_weights: hearth::device::CpuWeights,
     /// Print one JSON object (text, token ids, stats) instead of streaming.
     #[arg(long)]
     json: bool,
 }
 
 fn main() {
-    // Before anything touches MLX or starts a thread.
+    // Before anything touches MLX or starts a thread: on Linux this may
+    // start the program again with OpenBLAS preloaded (src/blas.rs).
+    hearth::blas::prefer_system_blas();
     hearth::device::apply_mlx_env_defaults();
     let cli = Cli::parse();
     // A server logs one line per request (counts and timings, never text).
@@ -414,7 +419,8 @@ fn generate(args: GenerateArgs) -> Result<()> {
     let path = home::resolve_model(args.model.as_deref())?;
     let load_started = Instant::now();
     hearth::engine::fit::check(&path)?;
-    let loaded = hearth_models::load(&path)?;
+    let loaded =
+        hearth_models::load_with_options(&path, args.cpu_weights.load_options_here(), &mut |_| {})?;
     let load_time = load_started.elapsed();
     hearth::device::enable_cuda_kernels();
     let engine = Engine::new(

@@ -99,6 +99,48 @@ fn assert_parity(model_dir: &Path, prompt: &[u32], prefill_chunk: usize, check_l
     );
 }
 
+/// The same checkpoint with its quantized weights expanded to float32 at
+/// load (`QuantizedWeights::Float32`, what `hearth serve` does on a CPU when
+/// they fit): first-forward logits within 1e-3 relative error of the
+/// quantized model's and the same greedy tokens. Not 1e-4: MLX's quantized
+/// product and a dense float32 one on the same values round differently,
+/// and through SmolLM2's 30 layers that comes to 6.5e-4, the same in mlx-lm
+/// itself (its `QuantizedLinear`/`QuantizedEmbedding` swapped for
+/// `Linear`/`Embedding` of the dequantized weights, docs/mlx-on-linux.md).
+fn assert_float32_matches_quantized(path: &Path, prompt: &[u32], prefill_chunk: usize) {
+    let quantized = engine(path, prefill_chunk);
+    let options = hearth_models::LoadOptions {
+        quantized: hearth_models::QuantizedWeights::Float32,
+    };
+    let model = hearth_models::load_with_options(path, options, &mut |_| {})
+        .unwrap_or_else(|e| panic!("load {path:?} as float32: {e}"));
+    let expanded = Engine::new(model, EngineOptions { prefill_chunk });
+    let (q_bytes, f_bytes) = (
+        quantized.model.model.nbytes(),
+        expanded.model.model.nbytes(),
+    );
+    assert!(
+        f_bytes >= 3 * q_bytes,
+        "{}: float32 weights take {f_bytes} B, quantized {q_bytes} B: not expanded",
+        path.display()
+    );
+    let err = relative_error(
+        &hearth_logits(&expanded, prompt),
+        &hearth_logits(&quantized, prompt),
+    );
+    assert!(
+        err <= 1e-3,
+        "{}: float32 weights' logits differ from the quantized model's: relative error {err:e}",
+        path.display()
+    );
+    assert_eq!(
+        hearth_greedy(&expanded, prompt, GREEDY_TOKENS),
+        hearth_greedy(&quantized, prompt, GREEDY_TOKENS),
+        "{}: float32 weights' greedy tokens differ from the quantized model's",
+        path.display()
+    );
+}
+
 #[test]
 fn dense_architectures_match_mlx_lm() {
     for arch in ["llama", "qwen2", "qwen3"] {
@@ -144,6 +186,7 @@ fn mlx_lm_quantized_models_match() {
             .unwrap();
         assert_eq!(q.bits.to_string(), bits);
         assert_parity(&out, &prompt_ids(19, 3), 512, true);
+        assert_float32_matches_quantized(&out, &prompt_ids(19, 3), 512);
     }
 }
 
@@ -182,6 +225,7 @@ fn smollm2_gguf_matches_mlx_lm_on_converted_folder() {
     // The converted folder loads in Hearth too, with the same result.
     let from_folder = engine_tokens(&folder, &ids);
     assert_eq!(from_folder, tokens);
+    assert_float32_matches_quantized(&gguf, &ids, 512);
 }
 
 fn engine_tokens(path: &Path, ids: &[u32]) -> Vec<u32> {
@@ -227,6 +271,7 @@ fn qwen3_5_quantized_matches_mlx_lm() {
         "4",
     ]);
     assert_parity(&out, &prompt_ids(40, 6), 16, true);
+    assert_float32_matches_quantized(&out, &prompt_ids(40, 6), 16);
     // MoE: mlx-lm keeps the router and shared-expert gate at 8 bits.
     let source = dir.path().join("moe-f32");
     dummy(
@@ -255,4 +300,5 @@ fn qwen3_5_quantized_matches_mlx_lm() {
         8
     );
     assert_parity(&out, &prompt_ids(40, 8), 16, true);
+    assert_float32_matches_quantized(&out, &prompt_ids(40, 8), 16);
 }

@@ -41,11 +41,6 @@ fn hearth_home() -> (tempfile::TempDir, PathBuf) {
     (home, model)
 }
 
-/// Debian's OpenBLAS (installed by scripts/setup.sh): the mlx-cpu wheel's
-/// own BLAS makes prefill ~100x slower (README), which would make the
-/// benchmark steps crawl.
-const OPENBLAS: &str = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3";
-
 fn start_server(hub: Option<&str>) -> (TestServer, tempfile::TempDir) {
     start_server_with(hub, &[])
 }
@@ -56,15 +51,9 @@ fn start_server_with(hub: Option<&str>, extra: &[&str]) -> (TestServer, tempfile
     if let Some(hub) = hub {
         env.push(("HF_ENDPOINT", Path::new(hub)));
     }
-    if Path::new(OPENBLAS).exists() {
-        env.push(("LD_PRELOAD", Path::new(OPENBLAS)));
-        env.push(("OPENBLAS_NUM_THREADS", Path::new("1")));
-        // OpenBLAS 0.3.21 mis-detects these CPUs (FACTS.md).
-        let avx512 = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("avx512f"));
-        if avx512 {
-            env.push(("OPENBLAS_CORETYPE", Path::new("SkylakeX")));
-        }
-    }
+    // MLX's products run on Debian's OpenBLAS without help here: `hearth`
+    // preloads it itself (src/blas.rs); the wheel's own BLAS would make the
+    // benchmark steps crawl.
     let server = TestServer::start_with_env(&model, extra, &env);
     (server, home)
 }

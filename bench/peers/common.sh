@@ -11,10 +11,10 @@ OPENBLAS_LIB=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
 peer_log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
 # Export the BLAS environment Hearth runs with (Linux only; a no-op elsewhere).
+# Hearth preloads OpenBLAS by itself (src/blas.rs); the peers need it named.
 peer_blas_env() {
   if [[ "$(uname -s)" == Linux && -e "$OPENBLAS_LIB" ]]; then
     export LD_PRELOAD="$OPENBLAS_LIB"
-    export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
     export OPENBLAS_NUM_THREADS=1
   fi
 }

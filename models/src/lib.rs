@@ -87,6 +87,29 @@ impl LoadedModel {
     }
 }
 
+/// How quantized weights are held once loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuantizedWeights {
+    /// As stored, multiplied by MLX's quantized kernels: what Metal and
+    /// CUDA want, and what mlx-lm does.
+    #[default]
+    Keep,
+    /// Every quantized weight (`Linear` layers, embeddings, MoE experts)
+    /// expanded to dense float32 at load: on MLX's CPU backend a float32 product
+    /// on OpenBLAS is many times faster than the scalar quantized one
+    /// (docs/mlx-on-linux.md), at 8x the memory of 4-bit weights.
+    Float32,
+    /// [`QuantizedWeights::Float32`] when every quantized tensor expanded
+    /// would take at most this many bytes, else [`QuantizedWeights::Keep`].
+    Float32UpTo(u64),
+}
+
+/// Choices made while loading.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    pub quantized: QuantizedWeights,
+}
+
 /// Loads the config, weights and tokenizer at `path` (folder or `.gguf`).
 pub fn load(path: &Path) -> Result<LoadedModel> {
     load_with_progress(path, &mut |_| {})
@@ -96,6 +119,15 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
 /// of the total: from nothing done to everything, see [`weights::read_all`]).
 pub fn load_with_progress(
     path: &Path,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<LoadedModel> {
+    load_with_options(path, LoadOptions::default(), progress)
+}
+
+/// [`load_with_progress`] with [`LoadOptions`].
+pub fn load_with_options(
+    path: &Path,
+    options: LoadOptions,
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<LoadedModel> {
     let (config, mut weights, tokenizer, format) = if is_gguf(path) {
@@ -115,6 +147,15 @@ pub fn load_with_progress(
             "not a model: expected a folder with config.json or a .gguf file",
         ));
     };
+    let expand = match options.quantized {
+        QuantizedWeights::Keep => false,
+        QuantizedWeights::Float32 => true,
+        QuantizedWeights::Float32UpTo(limit) => {
+            let bytes = weights.expanded_float32_bytes()?;
+            bytes > 0 && bytes <= limit
+        }
+    };
+    weights.set_expand_quantized(expand);
     let model = build(config, &mut weights)?;
     // Projections joined at build time (`LinearGroup`) leave their parts'
     // buffers in MLX's cache: give them back.

@@ -454,6 +454,11 @@ impl SwitchLinear {
             inp,
         )?;
         match (quant, scales, biases) {
+            (Some(q), Some(scales), Some(biases)) if weights.expand_quantized() => {
+                Ok(SwitchLinear::Dense(crate::layers::expand_to_float32(
+                    &weight, &scales, &biases, q,
+                )?))
+            }
             (Some(q), Some(scales), Some(biases)) => Ok(SwitchLinear::Quantized {
                 weight,
                 scales,

@@ -108,6 +108,9 @@ pub struct Weights {
     format: WeightFormat,
     /// File (or folder) named in error messages.
     source: PathBuf,
+    /// Quantized weights (`Linear`s, embeddings, MoE experts) are expanded to float32 as they
+    /// are taken ([`Weights::set_expand_quantized`]).
+    expand_quantized: bool,
 }
 
 impl Weights {
@@ -122,6 +125,7 @@ impl Weights {
             quantization,
             format,
             source,
+            expand_quantized: false,
         }
     }
 
@@ -323,6 +327,35 @@ impl Weights {
             }
         }
         Ok(Some(QuantParams { group_size, bits }))
+    }
+
+    /// Whether quantized weights become dense float32
+    /// as they are loaded (see [`crate::QuantizedWeights`]).
+    pub fn expand_quantized(&self) -> bool {
+        self.expand_quantized
+    }
+
+    pub fn set_expand_quantized(&mut self, expand: bool) {
+        self.expand_quantized = expand;
+    }
+
+    /// Bytes every quantized tensor would take expanded to float32 (what
+    /// [`Weights::set_expand_quantized`] costs).
+    pub fn expanded_float32_bytes(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for name in self.tensors.keys() {
+            let Some(prefix) = name.strip_suffix(".scales") else {
+                continue;
+            };
+            let Some(weight) = self.tensors.get(&format!("{prefix}.weight")) else {
+                continue;
+            };
+            if let Some(q) = self.quantization_of(prefix, weight)? {
+                let groups = self.tensors[name].size() as u64;
+                total += groups * q.group_size as u64 * 4;
+            }
+        }
+        Ok(total)
     }
 
     /// Names not taken by any layer (reported after loading).

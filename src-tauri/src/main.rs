@@ -19,7 +19,9 @@ mod tray;
 use tauri::{Manager, RunEvent};
 
 fn main() {
-    // The engine runs in this process: MLX's settings before any thread.
+    // The engine runs in this process: MLX's BLAS and settings before any
+    // thread (src/blas.rs may start the app again with OpenBLAS preloaded).
+    hearth::blas::prefer_system_blas();
     hearth::device::apply_mlx_env_defaults();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -58,7 +58,9 @@ pub(super) fn start(
                 let _ = ready_tx.send(Err(anyhow::Error::new(e)));
                 return;
             }
-            let loaded = match hearth_models::load_with_progress(&path, &mut load_progress) {
+            let options = thread_config.cpu_weights.load_options_here();
+            let loaded = match hearth_models::load_with_options(&path, options, &mut load_progress)
+            {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(anyhow::Error::new(e)));

@@ -108,6 +108,9 @@ pub struct SchedulerConfig {
     /// Metal: the reserve then does nothing). The CUDA driver's count by
     /// default; a field so that tests can stand in for a GPU.
     pub device_free_memory: fn() -> Option<usize>,
+    /// How a quantized model's weights are held on MLX's CPU backend
+    /// (float32 when they fit, by default; docs/mlx-on-linux.md).
+    pub cpu_weights: crate::device::CpuWeights,
 }
 
 /// GPU memory the engine keeps free by default.
@@ -196,6 +199,7 @@ impl Default for SchedulerConfig {
                     (mb * (1 << 20) as f64) as usize
                 }),
             device_free_memory: crate::device::cuda_free_memory,
+            cpu_weights: crate::device::CpuWeights::default(),
         }
     }
 }

@@ -91,6 +91,11 @@ pub struct ServerSettings {
     /// (docs/scheduler.md, "Sharing a GPU").
     #[serde(alias = "gpu-reserve-mb")]
     pub gpu_reserve_mb: usize,
+    /// How a quantized model's weights are held on MLX's CPU backend:
+    /// `auto` (float32 when they fit), `float32` or `quantized`
+    /// (docs/mlx-on-linux.md).
+    #[serde(alias = "cpu-weights")]
+    pub cpu_weights: crate::device::CpuWeights,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[serde(alias = "max-body-bytes")]
     pub max_body_bytes: usize,
@@ -141,6 +146,7 @@ impl Default for ServerSettings {
             prefix_cache_mb: None,
             mlx_cache_mb: None,
             gpu_reserve_mb: scheduler.device_reserve_bytes >> 20,
+            cpu_weights: scheduler.cpu_weights,
             max_body_bytes: 16 * 1024 * 1024,
             max_n: 16,
             shutdown_grace_seconds: 10.0,
@@ -349,6 +355,7 @@ impl ServerSettings {
             mlx_cache_bytes: self.mlx_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             device_reserve_bytes: self.gpu_reserve_mb.saturating_mul(1 << 20),
             device_free_memory: crate::device::cuda_free_memory,
+            cpu_weights: self.cpu_weights,
         }
     }
 
