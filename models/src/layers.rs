@@ -48,14 +48,10 @@ impl Linear {
         };
         let weight = weights.take(&format!("{prefix}.weight"))?;
         match weights.quantization_of(prefix, &weight)? {
-            Some(q) if weights.expand_quantized() => {
-                let scales = weights.take(&format!("{prefix}.scales"))?;
-                let biases = weights.take(&format!("{prefix}.biases"))?;
-                Ok(Linear::dense(
-                    expand_to_float32(&weight, &scales, &biases, q)?,
-                    bias,
-                ))
-            }
+            Some(q) if weights.expand_quantized() => Ok(Linear::dense(
+                take_expanded(weights, prefix, &weight, q)?,
+                bias,
+            )),
             Some(q) => Ok(Linear::Quantized {
                 weight,
                 scales: weights.take(&format!("{prefix}.scales"))?,
@@ -391,6 +387,19 @@ pub(crate) fn expand_to_float32(
     Ok(dense)
 }
 
+/// Takes `{prefix}.scales` and `.biases` of the quantized `weight` and
+/// returns it expanded ([`expand_to_float32`]).
+fn take_expanded(
+    weights: &mut Weights,
+    prefix: &str,
+    weight: &Array,
+    q: crate::config::QuantParams,
+) -> Result<Array> {
+    let scales = weights.take(&format!("{prefix}.scales"))?;
+    let biases = weights.take(&format!("{prefix}.biases"))?;
+    expand_to_float32(weight, &scales, &biases, q)
+}
+
 /// Token embedding table, dense or quantized; doubles as the output
 /// projection when embeddings are tied.
 #[derive(Debug)]
@@ -409,13 +418,9 @@ impl Embedding {
     pub fn load(weights: &mut Weights, prefix: &str) -> Result<Self> {
         let weight = weights.take(&format!("{prefix}.weight"))?;
         match weights.quantization_of(prefix, &weight)? {
-            Some(q) if weights.expand_quantized() => {
-                let scales = weights.take(&format!("{prefix}.scales"))?;
-                let biases = weights.take(&format!("{prefix}.biases"))?;
-                Ok(Embedding::Dense(expand_to_float32(
-                    &weight, &scales, &biases, q,
-                )?))
-            }
+            Some(q) if weights.expand_quantized() => Ok(Embedding::Dense(take_expanded(
+                weights, prefix, &weight, q,
+            )?)),
             Some(q) => Ok(Embedding::Quantized {
                 weight,
                 scales: weights.take(&format!("{prefix}.scales"))?,
