@@ -24,7 +24,11 @@ extern "C" {
 
 /// Primitive name → count in the graph that computes `outputs`.
 pub fn count_primitives(outputs: &[&Array]) -> Result<BTreeMap<String, usize>> {
-    let path = std::env::temp_dir().join(format!("hearth-step-ops-{}.dot", std::process::id()));
+    // One file per call: calls on several threads (tests) must not share one.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path =
+        std::env::temp_dir().join(format!("hearth-step-ops-{}-{call}.dot", std::process::id()));
     let c_path = CString::new(path.to_string_lossy().as_bytes())?;
     // SAFETY: the FILE, vector and namer are created, used and freed here;
     // the arrays stay alive (borrowed) for the whole call.
