@@ -36,8 +36,20 @@ fn main() {
     if apple {
         build_apple(&mlx_c);
     } else {
+        let mlx_dir = find_mlx_dir(&manifest_dir);
+        let mlx_dir = mlx_dir.canonicalize().unwrap_or(mlx_dir);
+        // A new wheel in .venv (scripts/requirements-linux.txt) must rebuild mlx-c.
+        println!(
+            "cargo:rerun-if-changed={}",
+            mlx_dir.join("include/mlx/version.h").display()
+        );
+        println!(
+            "cargo:rerun-if-changed={}",
+            mlx_dir.join("lib/libmlx.so").display()
+        );
         patch_for_linux(&mlx_c, &manifest_dir.join("compat"));
-        build_linux(&mlx_c, &manifest_dir);
+        patch_for_mlx(&mlx_c, &mlx_dir);
+        build_linux(&mlx_c, &mlx_dir);
     }
     generate_bindings(&mlx_c, &out_dir, apple);
 }
@@ -157,6 +169,33 @@ fn patch_for_linux(mlx_c: &Path, compat: &Path) {
     );
 }
 
+/// mlx-c 0.7.0 was written against MLX 0.32.2; later 0.32 releases changed
+/// one C++ signature it calls. Adapts the call to the headers it builds with.
+fn patch_for_mlx(mlx_c: &Path, mlx_dir: &Path) {
+    let ops_h = fs::read_to_string(mlx_dir.join("include/mlx/ops.h")).unwrap_or_default();
+    // MLX 0.32.3 added `global_scale` (NVFP4 scales) to `gather_qmm`, before
+    // `sorted_indices`; mlx-c's C API has no such argument: pass none.
+    let gather_qmm = ops_h
+        .split("array gather_qmm(")
+        .nth(1)
+        .and_then(|rest| rest.split(");").next())
+        .unwrap_or("");
+    if gather_qmm.contains("global_scale") {
+        let ops_cpp = mlx_c.join("mlx/c/ops.cpp");
+        let text = fs::read_to_string(&ops_cpp).expect("read mlx-c ops.cpp");
+        let start = text
+            .find("int mlx_gather_qmm(")
+            .expect("mlx-c ops.cpp: mlx_gather_qmm not found; the MLX fix needs updating");
+        let at = start
+            + text[start..]
+                .find("            sorted_indices,")
+                .expect("mlx-c ops.cpp: gather_qmm's sorted_indices not found");
+        let mut patched = text.clone();
+        patched.insert_str(at, "            std::nullopt,\n");
+        fs::write(&ops_cpp, patched).expect("write patched ops.cpp");
+    }
+}
+
 fn find_mlx_dir(manifest_dir: &Path) -> PathBuf {
     if let Some(dir) = env::var_os("HEARTH_MLX_DIR") {
         return PathBuf::from(dir);
@@ -176,9 +215,7 @@ fn find_mlx_dir(manifest_dir: &Path) -> PathBuf {
     );
 }
 
-fn build_linux(mlx_c: &Path, manifest_dir: &Path) {
-    let mlx_dir = find_mlx_dir(manifest_dir);
-    let mlx_dir = mlx_dir.canonicalize().unwrap_or(mlx_dir);
+fn build_linux(mlx_c: &Path, mlx_dir: &Path) {
     let lib_dir = mlx_dir.join("lib");
     assert!(
         lib_dir.join("libmlx.so").exists(),

@@ -2,10 +2,14 @@
 # Hearth vs mlx_lm.server on MLX's CUDA backend (one NVIDIA H200), same run,
 # same dummy checkpoint, same client (`hearth bench --compare`, alternating).
 #
-# Two device calls (the CUDA wheel is larger than one call carries):
-#   1. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,run}/
-#      device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
-#   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
+# Three device calls on one warm machine (the CUDA wheel is larger than one
+# call carries beside the tracked tree, 64 MiB in all):
+#   0. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,stash2,run}/
+#   1. device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
+#   2. device run, carry [.device/stash2]: bash bench/cuda/h200.sh stash
+#      (the wheel's two halves and the tokenizers stay in /root/stash while
+#      the machine is held; only the Hearth binary travels with each run)
+#   3. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
 #      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS,
 #      H200_VARIANTS="name:ENV=V,ENV=V;..." Hearth servers measured side by side;
 #      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32;
@@ -49,7 +53,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?prepare|stash|run}
-WHEEL=mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl
+# MLX's version, for the CUDA wheel and mlx-lm's peer: scripts/requirements-linux.txt's
+# (the binary's mlx-c is built against that wheel's headers).
+MLXV=$(sed -n 's/^mlx-cpu==//p' scripts/requirements-linux.txt)
+[[ -n $MLXV ]] || { echo "no mlx-cpu pin in scripts/requirements-linux.txt" >&2; exit 1; }
+WHEEL=mlx_cuda_13-$MLXV-py3-none-manylinux_2_35_x86_64.whl
 STASH=/root/stash
 
 # A Hearth variant "name:ENV=V,ENV=V" -> $vname and the array $envs.
@@ -71,10 +79,11 @@ dummy_model() {
 
 # Unpack the CUDA wheel, mlx-lm and the Hearth binary on the device.
 setup() {
-  cat $STASH/wheel.part1 .device/run/wheel.part2 > /tmp/$WHEEL
+  [[ -f $STASH/wheel.part2 ]] || { echo "no $STASH/wheel.part2: run the stash call with .device/stash2 first" >&2; exit 1; }
+  cat $STASH/wheel.part1 $STASH/wheel.part2 > /tmp/$WHEEL
   echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      /tmp/$WHEEL $STASH/mlx-0.32.2-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
+      /tmp/$WHEEL $STASH/mlx-$MLXV-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
   ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -94,17 +103,18 @@ setup() {
 
 case "$phase" in
 prepare)
-  mkdir -p .whl .device/stash .device/run
+  rm -rf .device/stash .device/stash2 .device/run
+  mkdir -p .whl .device/stash .device/stash2 .device/run
   [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
-      --platform manylinux_2_17_x86_64 -d .whl mlx==0.32.2 mlx-cuda-13==0.32.2 mlx-lm==0.32.2
-  # Each call carries the tracked tree too (~15 MB) within 64 MiB: the wheel
-  # is split so that both calls' payloads are ~50 MB (session 28's stash of
-  # 52 MB no longer fit beside the grown tree).
+      --platform manylinux_2_17_x86_64 -d .whl mlx==$MLXV mlx-cuda-13==$MLXV mlx-lm==0.32.2
+  # Each call carries the tracked tree too (~17 MB) within 64 MiB: the wheel
+  # (90 MB for 0.32.4) is split over two stash calls, and a run carries only
+  # the binary.
   head -c 44000000 .whl/$WHEEL > .device/stash/wheel.part1
-  tail -c +44000001 .whl/$WHEEL > .device/run/wheel.part2
+  tail -c +44000001 .whl/$WHEEL > .device/stash2/wheel.part2
   sha256sum .whl/$WHEEL | cut -d' ' -f1 > .device/run/wheel.sha256
-  cp .whl/mlx-0.32.2-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
+  cp .whl/mlx-$MLXV-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
   xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
   cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash/
   if [[ -d .hearth/fixtures/qwen3.5-tokenizer ]]; then  # for qwen3_5* models: /tmp/tok35
@@ -113,10 +123,15 @@ prepare)
   fi
   strip -o .device/run/hearth target/release/hearth
   xz -f .device/run/hearth
-  du -sh .device/stash .device/run
+  du -sh .device/stash .device/stash2 .device/run
   ;;
 stash)
-  mkdir -p $STASH && cp .device/stash/* $STASH/ && ls -la $STASH
+  # Whichever of the two stashes this call carried.
+  mkdir -p $STASH
+  for d in .device/stash .device/stash2; do
+    [[ -d $d ]] && cp $d/* $STASH/
+  done
+  ls -la $STASH
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   ;;
 run)

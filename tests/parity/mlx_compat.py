@@ -6,8 +6,9 @@ import mlx.core as mx
 
 def gather_qmm_without_global_scale() -> None:
     """mlx-lm 0.32.2's quantized MoE layers pass `global_scale=None` to
-    mx.gather_qmm, a keyword the pinned mlx 0.32.2 does not have yet. Drop it
-    when it is None (the only value affine quantization uses)."""
+    mx.gather_qmm, a keyword mlx before 0.32.3 does not have (the pinned 0.32.4
+    has it, and this does nothing). Drop it when it is None (the only value
+    affine quantization uses)."""
     if "global_scale" in (mx.gather_qmm.__doc__ or ""):
         return
     original = mx.gather_qmm
