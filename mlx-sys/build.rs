@@ -39,14 +39,9 @@ fn main() {
         let mlx_dir = find_mlx_dir(&manifest_dir);
         let mlx_dir = mlx_dir.canonicalize().unwrap_or(mlx_dir);
         // A new wheel in .venv (scripts/requirements-linux.txt) must rebuild mlx-c.
-        println!(
-            "cargo:rerun-if-changed={}",
-            mlx_dir.join("include/mlx/version.h").display()
-        );
-        println!(
-            "cargo:rerun-if-changed={}",
-            mlx_dir.join("lib/libmlx.so").display()
-        );
+        for file in ["include/mlx/version.h", "lib/libmlx.so"] {
+            println!("cargo:rerun-if-changed={}", mlx_dir.join(file).display());
+        }
         patch_for_linux(&mlx_c, &manifest_dir.join("compat"));
         patch_for_mlx(&mlx_c, &mlx_dir);
         build_linux(&mlx_c, &mlx_dir);
@@ -182,7 +177,7 @@ fn patch_for_mlx(mlx_c: &Path, mlx_dir: &Path) {
         .unwrap_or("");
     if gather_qmm.contains("global_scale") {
         let ops_cpp = mlx_c.join("mlx/c/ops.cpp");
-        let text = fs::read_to_string(&ops_cpp).expect("read mlx-c ops.cpp");
+        let mut text = fs::read_to_string(&ops_cpp).expect("read mlx-c ops.cpp");
         let start = text
             .find("int mlx_gather_qmm(")
             .expect("mlx-c ops.cpp: mlx_gather_qmm not found; the MLX fix needs updating");
@@ -190,9 +185,8 @@ fn patch_for_mlx(mlx_c: &Path, mlx_dir: &Path) {
             + text[start..]
                 .find("            sorted_indices,")
                 .expect("mlx-c ops.cpp: gather_qmm's sorted_indices not found");
-        let mut patched = text.clone();
-        patched.insert_str(at, "            std::nullopt,\n");
-        fs::write(&ops_cpp, patched).expect("write patched ops.cpp");
+        text.insert_str(at, "            std::nullopt,\n");
+        fs::write(&ops_cpp, text).expect("write patched ops.cpp");
     }
 }
 
