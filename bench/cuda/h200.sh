@@ -54,9 +54,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?prepare|stash|run}
 # MLX's version, for the CUDA wheel and mlx-lm's peer: scripts/requirements-linux.txt's
-# (the binary's mlx-c is built against that wheel's headers).
+# (the binary's mlx-c is built against that wheel's headers); mlx-lm's: scripts/requirements.txt's.
 MLXV=$(sed -n 's/^mlx-cpu==//p' scripts/requirements-linux.txt)
-[[ -n $MLXV ]] || { echo "no mlx-cpu pin in scripts/requirements-linux.txt" >&2; exit 1; }
+MLXLMV=$(sed -n 's/^mlx-lm==//p' scripts/requirements.txt)
+[[ -n $MLXV && -n $MLXLMV ]] || { echo "no mlx-cpu or mlx-lm pin in scripts/requirements*.txt" >&2; exit 1; }
 WHEEL=mlx_cuda_13-$MLXV-py3-none-manylinux_2_35_x86_64.whl
 STASH=/root/stash
 
@@ -83,7 +84,7 @@ setup() {
   cat $STASH/wheel.part1 $STASH/wheel.part2 > /tmp/$WHEEL
   echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      /tmp/$WHEEL $STASH/mlx-$MLXV-cp312-*.whl $STASH/mlx_lm-0.32.2-*.whl
+      /tmp/$WHEEL $STASH/mlx-$MLXV-cp312-*.whl $STASH/mlx_lm-$MLXLMV-*.whl
   ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -107,14 +108,14 @@ prepare)
   mkdir -p .whl .device/stash .device/stash2 .device/run
   [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
-      --platform manylinux_2_17_x86_64 -d .whl mlx==$MLXV mlx-cuda-13==$MLXV mlx-lm==0.32.2
+      --platform manylinux_2_17_x86_64 -d .whl mlx==$MLXV mlx-cuda-13==$MLXV mlx-lm==$MLXLMV
   # Each call carries the tracked tree too (~17 MB) within 64 MiB: the wheel
   # (90 MB for 0.32.4) is split over two stash calls, and a run carries only
   # the binary.
   head -c 44000000 .whl/$WHEEL > .device/stash/wheel.part1
   tail -c +44000001 .whl/$WHEEL > .device/stash2/wheel.part2
   sha256sum .whl/$WHEEL | cut -d' ' -f1 > .device/run/wheel.sha256
-  cp .whl/mlx-$MLXV-cp312-*.whl .whl/mlx_lm-0.32.2-*.whl .device/stash/
+  cp .whl/mlx-$MLXV-cp312-*.whl .whl/mlx_lm-$MLXLMV-*.whl .device/stash/
   xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
   cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash/
   if [[ -d .hearth/fixtures/qwen3.5-tokenizer ]]; then  # for qwen3_5* models: /tmp/tok35
