@@ -2,14 +2,17 @@
 # Hearth vs mlx_lm.server on MLX's CUDA backend (one NVIDIA H200), same run,
 # same dummy checkpoint, same client (`hearth bench --compare`, alternating).
 #
-# Three device calls on one warm machine (the CUDA wheel is larger than one
-# call carries beside the tracked tree, 64 MiB in all):
-#   0. bench/cuda/h200.sh prepare   (here)  builds .device/{stash,stash2,run}/
-#   1. device run, carry [.device/stash]:  bash bench/cuda/h200.sh stash
-#   2. device run, carry [.device/stash2]: bash bench/cuda/h200.sh stash
-#      (the wheel's two halves and the tokenizers stay in /root/stash while
-#      the machine is held; only the Hearth binary travels with each run)
-#   3. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
+# Device calls on one warm machine, each carrying the tracked tree too, all
+# within 64 MiB a call. The CUDA wheel (90 MB for 0.32.4) travels repacked as
+# tar.xz (~77 MB), split into parts sized to what each call has room for:
+#   0. bench/cuda/h200.sh prepare   (here)  builds .device/stash1 (mlx and
+#      mlx-lm wheels, tokenizers, first part), .device/stash2.. if needed,
+#      and .device/run (binary, checksum, the last part where it fits);
+#      it prints the calls to make
+#   1. device run, carry [.device/stashN]: bash bench/cuda/h200.sh stash
+#      for each stash folder (the parts and tokenizers stay in /root/stash
+#      while the machine is held)
+#   2. device run, carry [.device/run]:    bash bench/cuda/h200.sh run
 #      (env: H200_MODELS="name:arch:shape[:tokdir];...", H200_CONC, H200_REPEATS,
 #      H200_VARIANTS="name:ENV=V,ENV=V;..." Hearth servers measured side by side;
 #      write HEARTH_CUDA_GEMV route lists with '+' there, e.g. warp:2-2+mma:3-16:32;
@@ -80,11 +83,16 @@ dummy_model() {
 
 # Unpack the CUDA wheel, mlx-lm and the Hearth binary on the device.
 setup() {
-  [[ -f $STASH/wheel.part2 ]] || { echo "no $STASH/wheel.part2: run the stash call with .device/stash2 first" >&2; exit 1; }
-  cat $STASH/wheel.part1 $STASH/wheel.part2 > /tmp/$WHEEL
-  echo "$(cat .device/run/wheel.sha256)  /tmp/$WHEEL" | sha256sum -c
+  mkdir -p $STASH
+  cp .device/run/payload.part* $STASH/ 2>/dev/null || true
+  cat $STASH/payload.part* > /tmp/mlx-cuda.tar.xz
+  echo "$(cat .device/run/payload.sha256)  /tmp/mlx-cuda.tar.xz" | sha256sum -c \
+    || { echo "the wheel's parts are incomplete: make every stash call prepare printed first" >&2; exit 1; }
+  # pip first (it skips a top-level folder that is already there), then the
+  # CUDA wheel's files on top (mlx/lib, mlx/include beside the bindings).
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      /tmp/$WHEEL $STASH/mlx-$MLXV-cp312-*.whl $STASH/mlx_lm-$MLXLMV-*.whl
+      $STASH/mlx-$MLXV-cp312-*.whl $STASH/mlx_lm-$MLXLMV-*.whl
+  xz -dc /tmp/mlx-cuda.tar.xz | tar -x -C /tmp/site
   ln -sfn /opt/torch/.venv/lib/python3.12/site-packages/nvidia /tmp/site/nvidia
   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib CUDA_HOME=/tmp/site/nvidia/cu13
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -104,32 +112,63 @@ setup() {
 
 case "$phase" in
 prepare)
-  rm -rf .device/stash .device/stash2 .device/run
-  mkdir -p .whl .device/stash .device/stash2 .device/run
+  rm -rf .device/stash* .device/run
+  mkdir -p .whl .device/stash1 .device/run
   [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
       --platform manylinux_2_17_x86_64 -d .whl mlx==$MLXV mlx-cuda-13==$MLXV mlx-lm==$MLXLMV
-  # Each call carries the tracked tree too (~17 MB) within 64 MiB: the wheel
-  # (90 MB for 0.32.4) is split over two stash calls, and a run carries only
-  # the binary.
-  head -c 44000000 .whl/$WHEEL > .device/stash/wheel.part1
-  tail -c +44000001 .whl/$WHEEL > .device/stash2/wheel.part2
-  sha256sum .whl/$WHEEL | cut -d' ' -f1 > .device/run/wheel.sha256
-  cp .whl/mlx-$MLXV-cp312-*.whl .whl/mlx_lm-$MLXLMV-*.whl .device/stash/
-  xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash/tokenizer.json.xz
-  cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash/
-  if [[ -d .hearth/fixtures/qwen3.5-tokenizer ]]; then  # for qwen3_5* models: /tmp/tok35
-    xz -c .hearth/fixtures/qwen3.5-tokenizer/tokenizer.json > .device/stash/tokenizer35.json.xz
-    cp .hearth/fixtures/qwen3.5-tokenizer/tokenizer_config.json .device/stash/tokenizer35_config.json
+  # The wheel's files as tar.xz: 77 MB against the wheel's 90 (xz -9 on one
+  # core takes ~5 minutes; kept in .whl for the next prepare).
+  TXZ=.whl/mlx_cuda_13-$MLXV.tar.xz
+  if [[ ! -f $TXZ ]]; then
+    rm -rf .whl/unpack && mkdir .whl/unpack
+    (cd .whl/unpack && python3 -m zipfile -e "../$WHEEL" .)
+    tar -C .whl/unpack -cf - . | xz -9 -T1 > "$TXZ.tmp" && mv "$TXZ.tmp" "$TXZ"
+    rm -rf .whl/unpack
   fi
+  sha256sum "$TXZ" | cut -d' ' -f1 > .device/run/payload.sha256
   strip -o .device/run/hearth target/release/hearth
   xz -f .device/run/hearth
-  du -sh .device/stash .device/stash2 .device/run
+  cp .whl/mlx-$MLXV-cp312-*.whl .whl/mlx_lm-$MLXLMV-*.whl .device/stash1/
+  xz -c .hearth/fixtures/qwen3-tokenizer/tokenizer.json > .device/stash1/tokenizer.json.xz
+  cp .hearth/fixtures/qwen3-tokenizer/tokenizer_config.json .device/stash1/
+  if [[ -d .hearth/fixtures/qwen3.5-tokenizer ]]; then  # for qwen3_5* models: /tmp/tok35
+    xz -c .hearth/fixtures/qwen3.5-tokenizer/tokenizer.json > .device/stash1/tokenizer35.json.xz
+    cp .hearth/fixtures/qwen3.5-tokenizer/tokenizer_config.json .device/stash1/tokenizer35_config.json
+  fi
+  # What a call has room for: 64 MiB less the tree that travels with it
+  # (tracked and untracked-not-ignored files) and 256 KiB to spare, all
+  # counted as disk blocks (the device tool counts more than the files'
+  # bytes: 66.9 MB of bytes was refused, 68.3 MB of blocks).
+  bytes() { du -c -B1 "$@" | tail -1 | cut -f1; }
+  tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -c -B1 2>/dev/null \
+    | awk '$2 == "total" { t += $1 } END { print t + 0 }')
+  room=$(( 64 * 1024 * 1024 - tree - 256 * 1024 ))
+  total=$(bytes "$TXZ"); off=0; part=1; d=1
+  free=$(( room - $(bytes .device/stash1) ))
+  while (( off < total )); do
+    left=$(( total - off ))
+    name=payload.part$(printf %02d $part)
+    if (( left <= room - $(bytes .device/run) )); then  # the rest rides with the run
+      tail -c +$(( off + 1 )) "$TXZ" > .device/run/$name; off=$total
+    else
+      n=$(( left < free ? left : free ))
+      (( n > 0 )) || { echo "no room for the wheel beside the tree ($tree bytes)" >&2; exit 1; }
+      mkdir -p .device/stash$d
+      dd if="$TXZ" of=.device/stash$d/$name bs=1M skip=$off count=$n iflag=skip_bytes,count_bytes status=none
+      off=$(( off + n )); part=$(( part + 1 ))
+      d=$(( d + 1 )); free=$room
+    fi
+  done
+  du -sh .device/stash* .device/run
+  echo "calls, one warm machine, back to back:"
+  for s in .device/stash*; do echo "  carry [$s]: bash bench/cuda/h200.sh stash"; done
+  echo "  carry [.device/run]: bash bench/cuda/h200.sh run   (or sanitize, pressure, profile)"
   ;;
 stash)
   # Whichever of the two stashes this call carried.
   mkdir -p $STASH
-  for d in .device/stash .device/stash2; do
+  for d in .device/stash*; do
     [[ -d $d ]] && cp $d/* $STASH/
   done
   ls -la $STASH
