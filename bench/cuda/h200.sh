@@ -4,7 +4,7 @@
 #
 # Device calls on one warm machine, each carrying the tracked tree too, all
 # within 64 MiB a call. The CUDA wheel (90 MB for 0.32.4) travels repacked as
-# tar.xz (~77 MB), split into parts sized to what each call has room for:
+# tar.xz (75 MB), split into parts sized to what each call has room for:
 #   0. bench/cuda/h200.sh prepare   (here)  builds .device/stash1 (mlx and
 #      mlx-lm wheels, tokenizers, first part), .device/stash2.. if needed,
 #      and .device/run (binary, checksum, the last part where it fits);
@@ -117,8 +117,8 @@ prepare)
   [[ -f .whl/$WHEEL ]] || python3 -m pip download -q --no-deps --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64 \
       --platform manylinux_2_17_x86_64 -d .whl mlx==$MLXV mlx-cuda-13==$MLXV mlx-lm==$MLXLMV
-  # The wheel's files as tar.xz: 77 MB against the wheel's 90 (xz -9 on one
-  # core takes ~5 minutes; kept in .whl for the next prepare).
+  # The wheel's files as tar.xz: 75 MB against the wheel's 90 (xz -9 on one
+  # core, a few minutes; kept in .whl for the next prepare).
   TXZ=.whl/mlx_cuda_13-$MLXV.tar.xz
   if [[ ! -f $TXZ ]]; then
     rm -rf .whl/unpack && mkdir .whl/unpack
@@ -166,7 +166,8 @@ prepare)
   echo "  carry [.device/run]: bash bench/cuda/h200.sh run   (or sanitize, pressure, profile)"
   ;;
 stash)
-  # Whichever of the two stashes this call carried.
+  # Whichever stash folders this call carried (a stale part from an older
+  # prepare fails setup's checksum).
   mkdir -p $STASH
   for d in .device/stash*; do
     [[ -d $d ]] && cp $d/* $STASH/
