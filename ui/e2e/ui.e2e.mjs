@@ -137,13 +137,33 @@ await step("chat-history-kept", async () => {
   assert.match(await page.getByTestId("message-user").first().innerText(), /capital of France/);
 });
 
+// Steps that need an answer still streaming when they act (Stop, layout
+// samples, another tab's changes) cannot rely on SmolLM2 to write a long
+// one: it ends some answers in 4-8 tokens, under a second here. While `fn`
+// runs, `p`'s chat requests carry the server's `ignore_eos`, so the real
+// stream runs on until Stop is clicked.
+async function withEndlessAnswers(p, fn) {
+  const url = "**/v1/chat/completions";
+  await p.route(url, (route) => {
+    const body = JSON.parse(route.request().postData() ?? "{}");
+    route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+  });
+  try {
+    await fn();
+  } finally {
+    await p.unroute(url);
+  }
+}
+
 await step("chat-stop", async () => {
   await page.getByTestId("chat-new").click();
-  await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
-  await page.getByTestId("chat-send").click();
-  await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
-  await page.getByTestId("chat-stop").click();
-  await page.getByTestId("finish-reason").waitFor();
+  await withEndlessAnswers(page, async () => {
+    await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
+    await page.getByTestId("chat-send").click();
+    await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
+    await page.getByTestId("chat-stop").click();
+    await page.getByTestId("finish-reason").waitFor();
+  });
   assert.equal(await text("finish-reason"), "stopped");
   const stoppedAt = (await text("assistant-content")).length;
   // The server cancels the job: nothing runs any more, the text stops growing.
@@ -370,17 +390,9 @@ await step("chat-no-layout-jump", async () => {
   await page.getByTestId("nav-chat").click();
   await page.getByTestId("chat-new").click();
   const boxes = [];
-  // The answer must stream long enough to sample: SmolLM2 ends some answers
-  // in 4-8 tokens (under a second on float32 weights; eight short answers in
-  // a row once gave no sample at all). So this step's requests carry the
-  // server's `ignore_eos`: the real stream runs until Stop is clicked, and
-  // the 8 s of sampling start at the first streamed text.
-  const url = "**/v1/chat/completions";
-  await page.route(url, (route) => {
-    const body = JSON.parse(route.request().postData() ?? "{}");
-    route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
-  });
-  try {
+  // The 8 s of sampling start at the first streamed text; the answer runs
+  // on until Stop (withEndlessAnswers).
+  await withEndlessAnswers(page, async () => {
     await page.getByTestId("chat-input").fill("Count from one to forty in words.");
     await page.getByTestId("chat-send").click();
     await page.waitForFunction(() => {
@@ -401,9 +413,7 @@ await step("chat-no-layout-jump", async () => {
     assert.equal(await page.getByTestId("chat-stop").count(), 1, "the answer ended by itself despite ignore_eos");
     await page.getByTestId("chat-stop").click();
     await page.waitForFunction(() => document.querySelectorAll('[data-testid="finish-reason"]').length > 0, null, { timeout: 120_000 });
-  } finally {
-    await page.unroute(url);
-  }
+  });
   assert.ok(boxes.length >= 5, `only ${boxes.length} samples while streaming`);
   const first = JSON.stringify(boxes[0]);
   for (const b of boxes) assert.equal(JSON.stringify(b), first, "the layout moved while streaming");
@@ -459,67 +469,70 @@ await step("chat-tabs", async () => {
 await step("chat-tabs-streaming", async () => {
   // An answer streaming in one tab and a setting changed in another tab of
   // the same conversation meanwhile: both survive, in both tabs and stored.
-  await page.goto(base + "/#/chat");
-  await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
-  await page.reload();
-  await page.getByTestId("chat-input").waitFor();
-  await page.getByTestId("chat-system").fill("streamer");
-  await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
-  await page.getByTestId("chat-send").click();
-  const streamed = (p) => p.evaluate(() => document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "");
-  await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
-  const other = await context.newPage();
-  other.on("pageerror", (e) => consoleErrors.push(String(e)));
-  try {
-    await other.goto(base + "/#/chat");
-    await other.getByTestId("chat-input").waitFor();
-    const items = other.locator("aside.conversations li");
-    let found = false;
-    for (let i = 0; i < (await items.count()) && !found; i++) {
-      await items.nth(i).locator("a").click();
-      found = (await other.getByTestId("chat-system").inputValue()) === "streamer";
-    }
-    assert.ok(found, "the second tab does not list the streaming conversation");
-    // Several changes while the first tab streams: each must stay, in both
-    // tabs (a merge that takes a conversation whole from the side changed
-    // last loses some of them to the tokens streamed meanwhile).
-    const temperatures = async () => [
-      await page.getByTestId("chat-temperature").inputValue(),
-      await other.getByTestId("chat-temperature").inputValue(),
-    ];
-    const settings = ["0.05", "0.1", "0.15", "0.2", "0.25", "0.3"];
-    for (const t of settings) {
-      await other.getByTestId("chat-temperature").evaluate((el, v) => {
-        el.value = v;
-        el.dispatchEvent(new Event("input", { bubbles: true }));
-      }, t);
-      await expectEventually(async () => (await temperatures()).every((x) => x === t), `both tabs to show temperature ${t}`, 5_000);
-      await other.waitForTimeout(300);
-      assert.deepEqual(await temperatures(), [t, t], `temperature ${t} was undone while the answer streamed`);
-    }
-    // The first tab streamed throughout, and streams on; then it is stopped.
-    const before = (await streamed(page)).length;
-    assert.equal(await page.getByTestId("chat-stop").count(), 1, "the answer finished before the other tab's changes did");
-    await expectEventually(async () => (await streamed(page)).length > before + 10, "the answer to stream on after the changes", 30_000);
-    await page.getByTestId("chat-stop").click();
-    await page.getByTestId("finish-reason").waitFor();
-    const answer = await streamed(page);
-    await expectEventually(async () => (await temperatures()).every((t) => t === "0.3"), "both tabs to keep the other tab's temperature", 5_000);
-    await expectEventually(async () => (await streamed(other)) === answer, "the second tab to show the whole answer", 5_000);
-    // A tab in the background saves a moment later (its effects wait for a frame).
-    const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem("hearth.conversations.v1") ?? "[]"));
-    await expectEventually(async () => (await stored()).at(0)?.messages.at(-1).finishReason === "stopped", "the stopped answer to be saved", 5_000);
-    const [saved, ...rest] = await stored();
-    assert.equal(rest.length, 0);
-    assert.equal(saved.temperature, 0.3);
-    await page.reload();
-    await page.getByTestId("assistant-content").waitFor();
-    assert.equal(await page.getByTestId("chat-temperature").inputValue(), "0.3");
-    assert.equal(await streamed(page), answer);
-  } finally {
-    await other.close();
+  // The answer streams on until Stop (withEndlessAnswers).
+  await withEndlessAnswers(page, async () => {
+    await page.goto(base + "/#/chat");
     await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
-  }
+    await page.reload();
+    await page.getByTestId("chat-input").waitFor();
+    await page.getByTestId("chat-system").fill("streamer");
+    await page.getByTestId("chat-input").fill("Write a very long story about a dragon who learns to cook. Make it at least two thousand words.");
+    await page.getByTestId("chat-send").click();
+    const streamed = (p) => p.evaluate(() => document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "");
+    await page.waitForFunction(() => (document.querySelector('[data-testid="assistant-content"]')?.textContent ?? "").length > 20, null, { timeout: 120_000 });
+    const other = await context.newPage();
+    other.on("pageerror", (e) => consoleErrors.push(String(e)));
+    try {
+      await other.goto(base + "/#/chat");
+      await other.getByTestId("chat-input").waitFor();
+      const items = other.locator("aside.conversations li");
+      let found = false;
+      for (let i = 0; i < (await items.count()) && !found; i++) {
+        await items.nth(i).locator("a").click();
+        found = (await other.getByTestId("chat-system").inputValue()) === "streamer";
+      }
+      assert.ok(found, "the second tab does not list the streaming conversation");
+      // Several changes while the first tab streams: each must stay, in both
+      // tabs (a merge that takes a conversation whole from the side changed
+      // last loses some of them to the tokens streamed meanwhile).
+      const temperatures = async () => [
+        await page.getByTestId("chat-temperature").inputValue(),
+        await other.getByTestId("chat-temperature").inputValue(),
+      ];
+      const settings = ["0.05", "0.1", "0.15", "0.2", "0.25", "0.3"];
+      for (const t of settings) {
+        await other.getByTestId("chat-temperature").evaluate((el, v) => {
+          el.value = v;
+          el.dispatchEvent(new Event("input", { bubbles: true }));
+        }, t);
+        await expectEventually(async () => (await temperatures()).every((x) => x === t), `both tabs to show temperature ${t}`, 5_000);
+        await other.waitForTimeout(300);
+        assert.deepEqual(await temperatures(), [t, t], `temperature ${t} was undone while the answer streamed`);
+      }
+      // The first tab streamed throughout, and streams on; then it is stopped.
+      const before = (await streamed(page)).length;
+      assert.equal(await page.getByTestId("chat-stop").count(), 1, "the answer finished before the other tab's changes did");
+      await expectEventually(async () => (await streamed(page)).length > before + 10, "the answer to stream on after the changes", 30_000);
+      await page.getByTestId("chat-stop").click();
+      await page.getByTestId("finish-reason").waitFor();
+      const answer = await streamed(page);
+      await expectEventually(async () => (await temperatures()).every((t) => t === "0.3"), "both tabs to keep the other tab's temperature", 5_000);
+      await expectEventually(async () => (await streamed(other)) === answer, "the second tab to show the whole answer", 5_000);
+      // A tab in the background saves a moment later (its effects wait for a frame).
+      const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem("hearth.conversations.v1") ?? "[]"));
+      await expectEventually(async () => (await stored()).at(0)?.messages.at(-1).finishReason === "stopped", "the stopped answer to be saved", 5_000);
+      const [saved, ...rest] = await stored();
+      assert.equal(rest.length, 0);
+      assert.equal(saved.temperature, 0.3);
+      await page.reload();
+      await page.getByTestId("assistant-content").waitFor();
+      assert.equal(await page.getByTestId("chat-temperature").inputValue(), "0.3");
+      assert.equal(await streamed(page), answer);
+    } finally {
+      await other.close();
+      await page.evaluate(() => localStorage.removeItem("hearth.conversations.v1"));
+    }
+  });
 });
 
 await step("theme", async () => {
