@@ -148,17 +148,16 @@ prepare)
   free=$(( room - $(bytes .device/stash1) ))
   while (( off < total )); do
     left=$(( total - off ))
-    name=payload.part$(printf %02d $part)
     if (( left <= room - $(bytes .device/run) )); then  # the rest rides with the run
-      tail -c +$(( off + 1 )) "$TXZ" > .device/run/$name; off=$total
+      dir=.device/run n=$left
     else
-      n=$(( left < free ? left : free ))
+      dir=.device/stash$d n=$(( left < free ? left : free )); d=$(( d + 1 )); free=$room
       (( n > 0 )) || { echo "no room for the wheel beside the tree ($tree bytes)" >&2; exit 1; }
-      mkdir -p .device/stash$d
-      dd if="$TXZ" of=.device/stash$d/$name bs=1M skip=$off count=$n iflag=skip_bytes,count_bytes status=none
-      off=$(( off + n )); part=$(( part + 1 ))
-      d=$(( d + 1 )); free=$room
     fi
+    mkdir -p $dir
+    dd if="$TXZ" of=$dir/payload.part$(printf %02d $part) bs=1M skip=$off count=$n \
+      iflag=skip_bytes,count_bytes status=none
+    off=$(( off + n )); part=$(( part + 1 ))
   done
   du -sh .device/stash* .device/run
   echo "calls, one warm machine, back to back:"
